@@ -62,4 +62,3 @@ func newServe() *cobra.Command {
 	cfg.AddFlags(cmd.Flags())
 	return cmd
 }
-

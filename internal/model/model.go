@@ -83,7 +83,7 @@ type KvPairsSpec struct {
 
 // The store schema: where each kind lives.
 var (
-	Schema           = store.NewSchema()
+	Schema             = store.NewSchema()
 	Projects           = Schema.Add("projects", "project", nil)
 	ClusterProviders   = Schema.Add("cluster-providers", "cluster provider", nil)
 	Clusters           = Schema.Add("clusters", "cluster", ClusterProviders)

@@ -96,3 +96,30 @@ func (s *Store) Watch(ctx context.Context, kind *Kind, rev int64, fn func(Event)
 	}
 	return fmt.Errorf("watch %s: closed", kind.Name)
 }
+
+// ListUnder returns every object of kind whose path starts with the given names
+// (fewer than the kind's depth), sorted by path: all labels of one provider's
+// clusters, say. Unlike List it does not check that the parents exist.
+func (s *Store) ListUnder(ctx context.Context, kind *Kind, names ...string) ([]Item, error) {
+	if len(names) >= kind.depth {
+		panic(fmt.Sprintf("store: ListUnder %q takes fewer than %d names", kind.Name, kind.depth))
+	}
+	prefix := s.root + "/o/" + kind.Name + "/"
+	if len(names) > 0 {
+		prefix += strings.Join(names, "/") + "/"
+	}
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, unavailable(err, "list "+kind.Name)
+	}
+	items := make([]Item, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		it, err := s.item(kind, kv.Key, kv.Value, kv.ModRevision)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, it)
+	}
+	sort.Slice(items, func(i, j int) bool { return items[i].Key.Path() < items[j].Key.Path() })
+	return items, nil
+}
