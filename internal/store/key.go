@@ -14,6 +14,7 @@ type Kind struct {
 	// Parent is the kind this one lives under, nil at the top.
 	Parent *Kind
 	depth  int
+	own    int // names of the object's own: 1, or 2 for a versioned kind (name, version)
 }
 
 // Depth is the number of names a key of this kind has.
@@ -30,9 +31,19 @@ func NewSchema() *Schema { return &Schema{} }
 
 // Add registers a kind under parent (nil for a top-level kind) and returns it.
 func (s *Schema) Add(name, singular string, parent *Kind) *Kind {
-	k := &Kind{Name: name, Singular: singular, Parent: parent, depth: 1}
+	return s.add(name, singular, parent, 1)
+}
+
+// AddVersioned registers a kind whose objects are named by a name and a version
+// (EMCO's composite apps: /composite-apps/{name}/{version}).
+func (s *Schema) AddVersioned(name, singular string, parent *Kind) *Kind {
+	return s.add(name, singular, parent, 2)
+}
+
+func (s *Schema) add(name, singular string, parent *Kind, own int) *Kind {
+	k := &Kind{Name: name, Singular: singular, Parent: parent, depth: own, own: own}
 	if parent != nil {
-		k.depth = parent.depth + 1
+		k.depth = parent.depth + own
 	}
 	for _, o := range s.kinds {
 		if o.Name == name {
@@ -76,7 +87,7 @@ func (k Key) Parent() (Key, bool) {
 	if k.Kind.Parent == nil {
 		return Key{}, false
 	}
-	return Key{Kind: k.Kind.Parent, Names: k.Names[:len(k.Names)-1]}, true
+	return Key{Kind: k.Kind.Parent, Names: k.Names[:len(k.Names)-k.Kind.own]}, true
 }
 
 // Path is the key's identity in etcd below the store's root: "clusters/cp1/edge-1".
@@ -87,9 +98,17 @@ func (k Key) Path() string {
 // String describes the object for a person: cluster "edge-1" of cluster provider "cp1".
 func (k Key) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %q", k.Kind.Singular, k.Name())
+	if k.Kind.own == 2 {
+		fmt.Fprintf(&b, "%s %q version %q", k.Kind.Singular, k.Names[len(k.Names)-2], k.Name())
+	} else {
+		fmt.Fprintf(&b, "%s %q", k.Kind.Singular, k.Name())
+	}
 	for p, ok := k.Parent(); ok; p, ok = p.Parent() {
-		fmt.Fprintf(&b, " of %s %q", p.Kind.Singular, p.Name())
+		if p.Kind.own == 2 {
+			fmt.Fprintf(&b, " of %s %q version %q", p.Kind.Singular, p.Names[len(p.Names)-2], p.Name())
+		} else {
+			fmt.Fprintf(&b, " of %s %q", p.Kind.Singular, p.Name())
+		}
 	}
 	return b.String()
 }

@@ -287,8 +287,8 @@ func (s *Store) blockers(ctx context.Context, k Key, children []*Kind) error {
 // List returns the objects of kind under the parent named by parents (the parents'
 // names, empty for a top-level kind), sorted by name. The parent must exist.
 func (s *Store) List(ctx context.Context, kind *Kind, parents ...string) ([]Item, int64, error) {
-	if len(parents) != kind.depth-1 {
-		panic(fmt.Sprintf("store: listing %q needs %d parent names, got %d", kind.Name, kind.depth-1, len(parents)))
+	if len(parents) != kind.depth-kind.own {
+		panic(fmt.Sprintf("store: listing %q needs %d parent names, got %d", kind.Name, kind.depth-kind.own, len(parents)))
 	}
 	if kind.Parent != nil {
 		if _, err := s.Get(ctx, K(kind.Parent, parents...), nil); err != nil {
@@ -302,14 +302,17 @@ func (s *Store) List(ctx context.Context, kind *Kind, parents ...string) ([]Item
 	}
 	items := make([]Item, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		name := strings.TrimPrefix(string(kv.Key), prefix)
+		own := strings.Split(strings.TrimPrefix(string(kv.Key), prefix), "/")
+		if len(own) != kind.own {
+			return nil, 0, fmt.Errorf("store: key %q is not a %s", kv.Key, kind.Singular)
+		}
 		var rec record
 		if err := json.Unmarshal(kv.Value, &rec); err != nil {
-			return nil, 0, fmt.Errorf("decode %s %q: %w", kind.Singular, name, err)
+			return nil, 0, fmt.Errorf("decode %s %q: %w", kind.Singular, strings.Join(own, "/"), err)
 		}
-		items = append(items, Item{Key: K(kind, append(append([]string(nil), parents...), name)...), Rev: kv.ModRevision, Data: rec.Data})
+		items = append(items, Item{Key: K(kind, append(append([]string(nil), parents...), own...)...), Rev: kv.ModRevision, Data: rec.Data})
 	}
-	sort.Slice(items, func(i, j int) bool { return items[i].Key.Name() < items[j].Key.Name() })
+	sort.Slice(items, func(i, j int) bool { return items[i].Key.Path() < items[j].Key.Path() })
 	return items, resp.Header.Revision, nil
 }
 

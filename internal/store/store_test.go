@@ -258,3 +258,36 @@ func TestStoreWatch(t *testing.T) {
 		t.Fatalf("second event %+v (a label event would be a bug)", got[1])
 	}
 }
+
+func TestStoreVersionedKind(t *testing.T) {
+	ctx := context.Background()
+	srv, err := etcdembed.Start(ctx, etcdembed.Options{Dir: t.TempDir()})
+	must(t, err)
+	t.Cleanup(srv.Close)
+	sc := store.NewSchema()
+	projects := sc.Add("projects", "project", nil)
+	apps := sc.AddVersioned("composite-apps", "composite app", projects)
+	charts := sc.Add("apps", "app", apps)
+	s := store.New(srv.Client(), sc, "/v")
+	_, err = s.Create(ctx, store.K(projects, "p"), thing{})
+	must(t, err)
+	for _, v := range []string{"v2", "v1"} {
+		_, err := s.Create(ctx, store.K(apps, "p", "ca", v), thing{v})
+		must(t, err)
+	}
+	_, err = s.Create(ctx, store.K(charts, "p", "ca", "v1", "web"), thing{})
+	must(t, err)
+	items, _, err := s.List(ctx, apps, "p")
+	must(t, err)
+	if len(items) != 2 || items[0].Key.Path() != "composite-apps/p/ca/v1" || items[1].Key.Path() != "composite-apps/p/ca/v2" {
+		t.Fatalf("list = %+v", items)
+	}
+	err = s.Delete(ctx, store.K(apps, "p", "ca", "v1"), 0)
+	if errs.KindOf(err) != errs.Conflict || !strings.Contains(err.Error(), `composite app "ca" version "v1" of project "p" still has 1 apps`) {
+		t.Fatalf("delete with children: %v", err)
+	}
+	_, err = s.Get(ctx, store.K(charts, "p", "ca", "v3", "web"), nil)
+	if errs.KindOf(err) != errs.NotFound || !strings.Contains(err.Error(), `composite app "ca" version "v3" of project "p" does not exist`) {
+		t.Fatalf("get under a missing version: %v", err)
+	}
+}
