@@ -40,17 +40,17 @@ func (s *Server) clusterRoutes() []Route {
 	}.routes("cluster registry")...)
 	maxUpload := int64(kubeconfig.MaxSize) + multipartOverhead
 	rs = append(rs,
-		Route{Method: "POST", Pattern: clustersPath, Summary: "Register a cluster: multipart with a metadata field and its kubeconfig as the file part.", Request: "multipart:Cluster", Response: "Cluster", Status: 201, MaxBody: maxUpload, Tag: "cluster registry", handle: s.createCluster},
-		Route{Method: "GET", Pattern: clustersPath, Summary: "List the provider's clusters; with ?label=L, the names of those labelled L.", Response: "[]Cluster", Status: 200, Tag: "cluster registry", handle: s.listClusters},
-		Route{Method: "GET", Pattern: clusterPath, Summary: "Get a cluster (never its kubeconfig).", Response: "Cluster", Status: 200, Tag: "cluster registry", handle: s.getCluster},
-		Route{Method: "PUT", Pattern: clusterPath, Summary: "Replace a cluster; multipart with a file replaces its kubeconfig, JSON keeps it.", Request: "multipart:Cluster", Response: "Cluster", Status: 200, MaxBody: maxUpload, Tag: "cluster registry", handle: s.updateCluster},
-		Route{Method: "DELETE", Pattern: clusterPath, Summary: "Delete a cluster (its labels and kv-pairs first).", Status: 204, Tag: "cluster registry", handle: s.deleteCluster},
-		Route{Method: "GET", Pattern: clusterPath + "/status", Summary: "The cluster's connectivity: reachable, version, last error, since when, capacity.", Response: "ClusterStatus", Status: 200, Tag: "cluster registry", handle: s.clusterStatus},
-		Route{Method: "POST", Pattern: labelsPath, Summary: "Add a label to a cluster.", Request: "ClusterLabel", Response: "ClusterLabel", Status: 201, Tag: "cluster registry", handle: s.createLabel},
-		Route{Method: "GET", Pattern: labelsPath, Summary: "List a cluster's labels.", Response: "[]ClusterLabel", Status: 200, Tag: "cluster registry", handle: s.listLabels},
-		Route{Method: "GET", Pattern: labelsPath + "/{clusterLabel}", Summary: "Get a cluster label.", Response: "ClusterLabel", Status: 200, Tag: "cluster registry", handle: s.getLabel},
-		Route{Method: "PUT", Pattern: labelsPath + "/{clusterLabel}", Summary: "Replace a cluster label (the label itself cannot change).", Request: "ClusterLabel", Response: "ClusterLabel", Status: 200, Tag: "cluster registry", handle: s.updateLabel},
-		Route{Method: "DELETE", Pattern: labelsPath + "/{clusterLabel}", Summary: "Remove a label from a cluster.", Status: 204, Tag: "cluster registry", handle: s.deleteLabel},
+		Route{Method: "POST", Pattern: clustersPath, Summary: "Register a cluster: multipart with a metadata field and its kubeconfig as the file part.", Request: "multipart:Cluster", Response: "Cluster", Status: 201, MaxBody: maxUpload, Tag: "cluster registry", Handler: s.createCluster},
+		Route{Method: "GET", Pattern: clustersPath, Summary: "List the provider's clusters; with ?label=L, the names of those labelled L.", Response: "[]Cluster", Status: 200, Tag: "cluster registry", Handler: s.listClusters},
+		Route{Method: "GET", Pattern: clusterPath, Summary: "Get a cluster (never its kubeconfig).", Response: "Cluster", Status: 200, Tag: "cluster registry", Handler: s.getCluster},
+		Route{Method: "PUT", Pattern: clusterPath, Summary: "Replace a cluster; multipart with a file replaces its kubeconfig, JSON keeps it.", Request: "multipart:Cluster", Response: "Cluster", Status: 200, MaxBody: maxUpload, Tag: "cluster registry", Handler: s.updateCluster},
+		Route{Method: "DELETE", Pattern: clusterPath, Summary: "Delete a cluster (its labels and kv-pairs first).", Status: 204, Tag: "cluster registry", Handler: s.deleteCluster},
+		Route{Method: "GET", Pattern: clusterPath + "/status", Summary: "The cluster's connectivity: reachable, version, last error, since when, capacity.", Response: "ClusterStatus", Status: 200, Tag: "cluster registry", Handler: s.clusterStatus},
+		Route{Method: "POST", Pattern: labelsPath, Summary: "Add a label to a cluster.", Request: "ClusterLabel", Response: "ClusterLabel", Status: 201, Tag: "cluster registry", Handler: s.createLabel},
+		Route{Method: "GET", Pattern: labelsPath, Summary: "List a cluster's labels.", Response: "[]ClusterLabel", Status: 200, Tag: "cluster registry", Handler: s.listLabels},
+		Route{Method: "GET", Pattern: labelsPath + "/{clusterLabel}", Summary: "Get a cluster label.", Response: "ClusterLabel", Status: 200, Tag: "cluster registry", Handler: s.getLabel},
+		Route{Method: "PUT", Pattern: labelsPath + "/{clusterLabel}", Summary: "Replace a cluster label (the label itself cannot change).", Request: "ClusterLabel", Response: "ClusterLabel", Status: 200, Tag: "cluster registry", Handler: s.updateLabel},
+		Route{Method: "DELETE", Pattern: labelsPath + "/{clusterLabel}", Summary: "Remove a label from a cluster.", Status: 204, Tag: "cluster registry", Handler: s.deleteLabel},
 	)
 	rs = append(rs, crud[model.ClusterKvPairs, *model.ClusterKvPairs]{
 		st: s.opts.Store, kind: model.ClusterKvPairsKind, base: kvPairsPath, parents: []param{pProvider, pCluster}, own: pKvPair, schema: "ClusterKvPairs",
@@ -67,6 +67,8 @@ func readCluster(r *http.Request, allowJSON bool) (model.Cluster, []byte, error)
 		if !allowJSON {
 			return c, nil, errs.New(errs.Unsupported, "a cluster is registered with multipart/form-data: a \"metadata\" field with {\"metadata\":{\"name\":...}} and its kubeconfig as the \"file\" part")
 		}
+		// A JSON body carries no kubeconfig: hold it to the JSON limit, not the upload's.
+		r.Body = http.MaxBytesReader(nil, r.Body, maxJSONBody)
 		err := decodeJSON(r, &c)
 		return c, nil, err
 	}

@@ -59,11 +59,11 @@ func (c crud[T, PT]) routes(tag string) []Route {
 	item := c.base + "/{" + c.own.wildcard + "}"
 	what := c.own.what
 	return []Route{
-		{Method: "POST", Pattern: c.base, Summary: "Create a " + what + ".", Request: c.schema, Response: c.schema, Status: 201, Tag: tag, handle: c.create},
-		{Method: "GET", Pattern: c.base, Summary: "List the " + what + "s.", Response: "[]" + c.schema, Status: 200, Tag: tag, handle: c.list},
-		{Method: "GET", Pattern: item, Summary: "Get a " + what + ".", Response: c.schema, Status: 200, Tag: tag, handle: c.get},
-		{Method: "PUT", Pattern: item, Summary: "Replace a " + what + " (If-Match: its ETag, for compare-and-swap).", Request: c.schema, Response: c.schema, Status: 200, Tag: tag, handle: c.update},
-		{Method: "DELETE", Pattern: item, Summary: "Delete a " + what + " (refused while it has children or is referenced).", Status: 204, Tag: tag, handle: c.delete},
+		{Method: "POST", Pattern: c.base, Summary: "Create a " + what + ".", Request: c.schema, Response: c.schema, Status: 201, Tag: tag, Handler: c.create},
+		{Method: "GET", Pattern: c.base, Summary: "List the " + what + "s.", Response: "[]" + c.schema, Status: 200, Tag: tag, Handler: c.list},
+		{Method: "GET", Pattern: item, Summary: "Get a " + what + ".", Response: c.schema, Status: 200, Tag: tag, Handler: c.get},
+		{Method: "PUT", Pattern: item, Summary: "Replace a " + what + " (If-Match: its ETag, for compare-and-swap).", Request: c.schema, Response: c.schema, Status: 200, Tag: tag, Handler: c.update},
+		{Method: "DELETE", Pattern: item, Summary: "Delete a " + what + " (refused while it has children or is referenced).", Status: 204, Tag: tag, Handler: c.delete},
 	}
 }
 

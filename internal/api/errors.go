@@ -22,6 +22,9 @@ var statusOf = map[errs.Kind]int{
 	errs.Unavailable: http.StatusServiceUnavailable,
 }
 
+// statusClientClosed is logged (never seen by the client) when the client went away.
+const statusClientClosed = 499
+
 // Error is the JSON body of every error answer.
 type Error struct {
 	// Code repeats the HTTP status code.
@@ -40,6 +43,8 @@ func HTTPStatus(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
+	case errors.Is(err, context.Canceled):
+		return statusClientClosed
 	}
 	if code, ok := statusOf[errs.KindOf(err)]; ok {
 		return code
@@ -56,6 +61,15 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	if errors.As(err, &mbe) {
 		body.Reason = string(errs.TooLarge)
 		body.Message = "the request body is larger than the limit for this route"
+	}
+	switch code {
+	case http.StatusGatewayTimeout:
+		body.Reason = "timeout"
+	case statusClientClosed:
+		body.Reason = "canceled"
+		log.Debug("client went away", "method", r.Method, "path", r.URL.Path)
+		writeJSON(w, code, body)
+		return
 	}
 	if code >= 500 {
 		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "error", err.Error())

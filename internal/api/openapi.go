@@ -76,6 +76,15 @@ var errorCodes = map[string][]int{
 // OpenAPI returns the OpenAPI 3 document of routes.
 func OpenAPI(routes []Route) obj {
 	paths := obj{}
+	schemas := obj{}
+	for k, v := range components {
+		schemas[k] = v
+	}
+	for _, rt := range routes {
+		for k, v := range rt.Schemas {
+			schemas[k] = v
+		}
+	}
 	for _, rt := range routes {
 		p, _ := paths[rt.Pattern].(obj)
 		if p == nil {
@@ -130,6 +139,7 @@ func OpenAPI(routes []Route) obj {
 		if rt.Pattern == "/readyz" {
 			responses["503"] = obj{"description": "the store does not answer", "content": obj{"application/json": obj{"schema": ref("Error")}}}
 		}
+		op["responses"] = responses
 		p[strings.ToLower(rt.Method)] = op
 	}
 	return obj{
@@ -137,7 +147,7 @@ func OpenAPI(routes []Route) obj {
 		"info": obj{"title": "Atoll hub API", "version": "v2",
 			"description": "EMCO-compatible API of the Atoll hub. Errors are JSON objects {code, reason, message}. GET answers carry an ETag (the object's revision); send it back as If-Match to PUT or DELETE with compare-and-swap."},
 		"paths":      paths,
-		"components": obj{"schemas": components},
+		"components": obj{"schemas": schemas},
 	}
 }
 

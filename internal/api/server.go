@@ -40,6 +40,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics registers the request metrics; nil means none are kept.
 	Metrics prometheus.Registerer
+	// Extra are routes of other parts of the hub (zero-touch provisioning, the
+	// data path) that the API serves and documents like its own.
+	Extra []Route
 }
 
 // Route is one method and path of the API.
@@ -56,7 +59,11 @@ type Route struct {
 	Status  int
 	MaxBody int64
 	Tag     string
-	handle  func(w http.ResponseWriter, r *http.Request) error
+	// Schemas are OpenAPI component schemas this route introduces.
+	Schemas map[string]any
+	// Handler serves the route: it writes the answer, or returns an error that the
+	// API answers as JSON with the status code of its kind.
+	Handler func(w http.ResponseWriter, r *http.Request) error
 }
 
 // Server is the API's HTTP handler.
@@ -95,14 +102,36 @@ func New(opts Options) (*Server, error) {
 	s.routes = append(s.routes, s.systemRoutes()...)
 	s.routes = append(s.routes, s.projectRoutes()...)
 	s.routes = append(s.routes, s.clusterRoutes()...)
+	s.routes = append(s.routes, opts.Extra...)
 	for i := range s.routes {
+		if s.routes[i].Handler == nil {
+			return nil, fmt.Errorf("api: route %s %s has no handler", s.routes[i].Method, s.routes[i].Pattern)
+		}
 		rt := s.routes[i]
 		s.mux.Handle(rt.Method+" "+rt.Pattern, s.wrap(rt))
 	}
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, s.log, errs.New(errs.NotFound, "no route %s %s; GET /v2/openapi.json lists them", r.Method, r.URL.Path))
-	})
+	s.mux.HandleFunc("/", s.noRoute)
 	return s, nil
+}
+
+// noRoute answers 405 with the allowed methods when the path exists with other
+// methods, else 404.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allowed []string
+	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" && pattern != "/" {
+			allowed = append(allowed, m)
+		}
+	}
+	if len(allowed) > 0 {
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeJSON(w, http.StatusMethodNotAllowed, Error{Code: http.StatusMethodNotAllowed, Reason: "method not allowed",
+			Message: fmt.Sprintf("%s is not served on %s; use %s", r.Method, r.URL.Path, strings.Join(allowed, ", "))})
+		return
+	}
+	writeError(w, r, s.log, errs.New(errs.NotFound, "no route %s %s; GET /v2/openapi.json lists them", r.Method, r.URL.Path))
 }
 
 // Routes returns the route table.
@@ -154,7 +183,7 @@ func (s *Server) wrap(rt Route) http.Handler {
 						writeError(sw, r, s.log, fmt.Errorf("panic: %v", p))
 					}
 				}()
-				if err := rt.handle(sw, r); err != nil {
+				if err := rt.Handler(sw, r); err != nil {
 					writeError(sw, r, s.log, err)
 				}
 			}()
@@ -171,11 +200,11 @@ func (s *Server) wrap(rt Route) http.Handler {
 
 func (s *Server) systemRoutes() []Route {
 	return []Route{
-		{Method: "GET", Pattern: "/healthz", Summary: "Liveness: the process serves HTTP.", Response: "Health", Status: 200, Tag: "system", handle: func(w http.ResponseWriter, r *http.Request) error {
+		{Method: "GET", Pattern: "/healthz", Summary: "Liveness: the process serves HTTP.", Response: "Health", Status: 200, Tag: "system", Handler: func(w http.ResponseWriter, r *http.Request) error {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 			return nil
 		}},
-		{Method: "GET", Pattern: "/readyz", Summary: "Readiness: the store (etcd) answers.", Response: "Health", Status: 200, Tag: "system", handle: func(w http.ResponseWriter, r *http.Request) error {
+		{Method: "GET", Pattern: "/readyz", Summary: "Readiness: the store (etcd) answers.", Response: "Health", Status: 200, Tag: "system", Handler: func(w http.ResponseWriter, r *http.Request) error {
 			if s.opts.Ready != nil {
 				ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 				defer cancel()
@@ -186,15 +215,28 @@ func (s *Server) systemRoutes() []Route {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 			return nil
 		}},
-		{Method: "GET", Pattern: "/v2/openapi.json", Summary: "This API's OpenAPI 3 document.", Response: "OpenAPI", Status: 200, Tag: "system", handle: func(w http.ResponseWriter, r *http.Request) error {
+		{Method: "GET", Pattern: "/v2/openapi.json", Summary: "This API's OpenAPI 3 document.", Response: "OpenAPI", Status: 200, Tag: "system", Handler: func(w http.ResponseWriter, r *http.Request) error {
 			writeJSON(w, http.StatusOK, OpenAPI(s.routes))
 			return nil
 		}},
 	}
 }
 
-// pathName reads a name from the path and checks it can name an object, so that an
-// escaped slash or other oddity never reaches a store key.
+// PathName reads the path wildcard and checks it can name an object (what says
+// what it names, for the message), so that an escaped slash or other oddity never
+// reaches a store key.
+func PathName(r *http.Request, wildcard, what string) (string, error) { return pathName(r, wildcard, what) }
+
+// DecodeJSON reads a JSON request body into v: 415 for another content type, 400
+// for bad JSON, 413 over the route's limit.
+func DecodeJSON(r *http.Request, v any) error { return decodeJSON(r, v) }
+
+// WriteJSON answers v as JSON with the status code.
+func WriteJSON(w http.ResponseWriter, code int, v any) { writeJSON(w, code, v) }
+
+// WriteError answers err as the API's JSON error.
+func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) { writeError(w, r, s.log, err) }
+
 func pathName(r *http.Request, param, what string) (string, error) {
 	v := r.PathValue(param)
 	if v == "" || len(v) > 253 || strings.ContainsAny(v, "/\x00") || !validName(v) {

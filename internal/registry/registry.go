@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/atoll-edge/atoll/internal/errs"
 	"github.com/atoll-edge/atoll/internal/kubeconfig"
 	"github.com/atoll-edge/atoll/internal/model"
 	"github.com/atoll-edge/atoll/internal/secret"
@@ -42,16 +43,24 @@ func (r *Registry) UpdateCluster(ctx context.Context, provider string, c model.C
 		}
 		return r.Store.Update(ctx, key, rec, rev)
 	}
-	var old model.ClusterRecord
-	cur, err := r.Store.Get(ctx, key, &old)
-	if err != nil {
-		return 0, err
+	// Keep the stored kubeconfig: read-modify-write, retried on a concurrent change
+	// unless the caller asked for a revision.
+	for attempt := 0; ; attempt++ {
+		var old model.ClusterRecord
+		cur, err := r.Store.Get(ctx, key, &old)
+		if err != nil {
+			return 0, err
+		}
+		if rev > 0 && cur != rev {
+			return 0, errs.New(errs.Conflict, "%s was changed since revision %d (now %d); read it again and retry", key, rev, cur)
+		}
+		old.Cluster = c
+		newRev, err := r.Store.Update(ctx, key, old, cur)
+		if errs.KindOf(err) == errs.Conflict && rev == 0 && attempt < 8 {
+			continue
+		}
+		return newRev, err
 	}
-	if rev == 0 {
-		rev = cur
-	}
-	old.Cluster = c
-	return r.Store.Update(ctx, key, old, rev)
 }
 
 func (r *Registry) record(key store.Key, c model.Cluster, data []byte) (model.ClusterRecord, error) {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/atoll-edge/atoll/internal/errs"
@@ -71,6 +72,9 @@ func (s *Store) refKey(target, source Key) string { return s.refPrefix(target) +
 func unavailable(err error, what string) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w", what, err)
+	}
+	if errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) {
+		return errs.New(errs.TooLarge, "%s: the object is larger than the store accepts in one request", what)
 	}
 	return errs.Wrap(errs.Unavailable, err, "%s: the store (etcd) did not answer", what)
 }
