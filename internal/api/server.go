@@ -225,7 +225,9 @@ func (s *Server) systemRoutes() []Route {
 // PathName reads the path wildcard and checks it can name an object (what says
 // what it names, for the message), so that an escaped slash or other oddity never
 // reaches a store key.
-func PathName(r *http.Request, wildcard, what string) (string, error) { return pathName(r, wildcard, what) }
+func PathName(r *http.Request, wildcard, what string) (string, error) {
+	return pathName(r, wildcard, what)
+}
 
 // DecodeJSON reads a JSON request body into v: 415 for another content type, 400
 // for bad JSON, 413 over the route's limit.
@@ -235,7 +237,9 @@ func DecodeJSON(r *http.Request, v any) error { return decodeJSON(r, v) }
 func WriteJSON(w http.ResponseWriter, code int, v any) { writeJSON(w, code, v) }
 
 // WriteError answers err as the API's JSON error.
-func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) { writeError(w, r, s.log, err) }
+func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	writeError(w, r, s.log, err)
+}
 
 func pathName(r *http.Request, param, what string) (string, error) {
 	v := r.PathValue(param)
