@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -95,6 +97,11 @@ type member struct {
 	status Status
 	config *rest.Config
 	client kubernetes.Interface
+	// apiVersions are "group/version" and "group/version/Kind" entries from
+	// discovery, as Helm's .Capabilities.APIVersions has them; groupsSig is the
+	// group list they were read for, so they are read again only when it changes.
+	apiVersions []string
+	groupsSig   string
 }
 
 // New checks opts and fills defaults.
@@ -305,7 +312,18 @@ func (m *Manager) probe(ctx context.Context, mem *member) error {
 		return err
 	}
 	capacity, capErr := nodeCapacity(pctx, mem.client)
+	sig := groupsSignature(groups)
+	mem.mu.RLock()
+	stale := sig != mem.groupsSig
+	mem.mu.RUnlock()
+	var apiVersions []string
+	if stale {
+		apiVersions = discoverAPIVersions(mem.client)
+	}
 	mem.mu.Lock()
+	if stale {
+		mem.apiVersions, mem.groupsSig = apiVersions, sig
+	}
 	defer mem.mu.Unlock()
 	if mem.status.State != Reachable {
 		m.log.Info("cluster reachable", "cluster", mem.key.Path(), "version", version.GitVersion)
@@ -371,6 +389,52 @@ func nodeCapacity(ctx context.Context, c kubernetes.Interface) (Capacity, error)
 	}
 	out.CPU, out.Memory = cpu.String(), mem.String()
 	return out, nil
+}
+
+func groupsSignature(groups *metav1.APIGroupList) string {
+	var b strings.Builder
+	for _, g := range groups.Groups {
+		for _, v := range g.Versions {
+			b.WriteString(v.GroupVersion)
+			b.WriteByte(',')
+		}
+	}
+	return b.String()
+}
+
+// discoverAPIVersions lists what the cluster serves, tolerating groups whose
+// discovery fails (an aggregated API that is down).
+func discoverAPIVersions(c kubernetes.Interface) []string {
+	_, lists, _ := c.Discovery().ServerGroupsAndResources()
+	var out []string
+	for _, l := range lists {
+		out = append(out, l.GroupVersion)
+		for _, r := range l.APIResources {
+			if !strings.Contains(r.Name, "/") {
+				out = append(out, l.GroupVersion+"/"+r.Kind)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Capabilities returns what Helm needs to render for the cluster at key: its
+// Kubernetes version and the API versions it serves; ok is false when the cluster
+// has never answered a probe.
+func (m *Manager) Capabilities(key store.Key) (kubeVersion string, apiVersions []string, ok bool) {
+	m.mu.RLock()
+	mem := m.members[key.Path()]
+	m.mu.RUnlock()
+	if mem == nil {
+		return "", nil, false
+	}
+	mem.mu.RLock()
+	defer mem.mu.RUnlock()
+	if mem.status.KubernetesVersion == "" {
+		return "", nil, false
+	}
+	return mem.status.KubernetesVersion, append([]string(nil), mem.apiVersions...), true
 }
 
 // Status returns the connectivity of the cluster at key; ok is false when the
