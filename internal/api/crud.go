@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/atoll-edge/atoll/internal/errs"
@@ -53,6 +54,25 @@ type crud[T any, PT interface {
 	own      param   // wildcard of the object itself
 	schema   string  // OpenAPI component name
 	validate func(PT) error
+	// refs returns the objects obj refers to (each must exist; none can be deleted
+	// while obj refers to it). parents are the names of obj's parents.
+	refs func(parents []string, obj PT) ([]store.Key, error)
+	// check validates obj against other objects (for example that a label exists).
+	check func(ctx context.Context, parents []string, obj PT) error
+	// beforeDelete may refuse a delete (a deployed DIG); afterDelete cleans up.
+	beforeDelete, afterDelete func(ctx context.Context, k store.Key) error
+}
+
+func (c crud[T, PT]) references(ctx context.Context, parents []string, obj PT) ([]store.Key, error) {
+	if c.check != nil {
+		if err := c.check(ctx, parents, obj); err != nil {
+			return nil, err
+		}
+	}
+	if c.refs == nil {
+		return nil, nil
+	}
+	return c.refs(parents, obj)
 }
 
 func (c crud[T, PT]) routes(tag string) []Route {
@@ -92,7 +112,11 @@ func (c crud[T, PT]) create(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	rev, err := c.st.Create(r.Context(), store.K(c.kind, append(parents, obj.Meta().Name)...), obj)
+	refs, err := c.references(r.Context(), parents, obj)
+	if err != nil {
+		return err
+	}
+	rev, err := c.st.Create(r.Context(), store.K(c.kind, append(parents, obj.Meta().Name)...), obj, refs...)
 	if err != nil {
 		return err
 	}
@@ -169,7 +193,11 @@ func (c crud[T, PT]) update(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	newRev, err := c.st.Update(r.Context(), k, obj, rev)
+	refs, err := c.references(r.Context(), k.Names[:len(k.Names)-1], obj)
+	if err != nil {
+		return err
+	}
+	newRev, err := c.st.Update(r.Context(), k, obj, rev, refs...)
 	if err != nil {
 		return err
 	}
@@ -187,8 +215,18 @@ func (c crud[T, PT]) delete(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if c.beforeDelete != nil {
+		if err := c.beforeDelete(r.Context(), k); err != nil {
+			return err
+		}
+	}
 	if err := c.st.Delete(r.Context(), k, rev); err != nil {
 		return err
+	}
+	if c.afterDelete != nil {
+		if err := c.afterDelete(r.Context(), k); err != nil {
+			return err
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

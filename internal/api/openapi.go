@@ -62,8 +62,56 @@ var components = obj{
 	"Error": obj{"type": "object", "required": []string{"code", "reason", "message"}, "properties": obj{
 		"code": obj{"type": "integer"}, "reason": obj{"type": "string"}, "message": obj{"type": "string"},
 	}},
-	"Health":  obj{"type": "object", "properties": obj{"status": obj{"type": "string"}}},
-	"OpenAPI": obj{"type": "object", "description": "an OpenAPI 3.0 document"},
+	"Health": obj{"type": "object", "properties": obj{"status": obj{"type": "string"}}},
+	"CompositeApp": obj{"type": "object", "required": []string{"metadata", "spec"}, "properties": obj{
+		"metadata": ref("Metadata"),
+		"spec":     obj{"type": "object", "required": []string{"compositeAppVersion"}, "properties": obj{"compositeAppVersion": str("DNS-1123 label, e.g. v1")}},
+	}},
+	"App": obj{"type": "object", "required": []string{"metadata"}, "description": "As a multipart upload: this JSON in a field named metadata and the Helm chart (.tgz) in a part named file.",
+		"properties": obj{"metadata": ref("Metadata")}},
+	"CompositeProfile": obj{"type": "object", "required": []string{"metadata"}, "properties": obj{"metadata": ref("Metadata")}},
+	"Profile": obj{"type": "object", "required": []string{"metadata", "spec"}, "description": "As a multipart upload: this JSON in a field named metadata and the profile archive (.tgz with manifest.yaml naming override_values.yaml and extra files) in a part named file.",
+		"properties": obj{"metadata": ref("Metadata"), "spec": obj{"type": "object", "required": []string{"app"}, "properties": obj{"app": str("the app this profile customises")}}}},
+	"DeploymentIntentGroup": obj{"type": "object", "required": []string{"metadata", "spec"}, "properties": obj{
+		"metadata": ref("Metadata"),
+		"spec": obj{"type": "object", "required": []string{"compositeProfile", "version"}, "properties": obj{
+			"compositeProfile": str("the composite profile to deploy with"),
+			"version":          str("the DIG's version"),
+			"logicalCloud":     str("the logical cloud (not used yet)"),
+			"namespace":        str("namespace the apps are deployed into (default: default)"),
+			"overrideValues": obj{"type": "array", "items": obj{"type": "object", "required": []string{"app"}, "properties": obj{
+				"app":    str("the app"),
+				"values": obj{"type": "object", "additionalProperties": true, "description": "Helm values; keys with dots are --set paths"},
+			}}},
+		}},
+	}},
+	"GenericPlacementIntent": obj{"type": "object", "required": []string{"metadata"}, "properties": obj{"metadata": ref("Metadata"), "spec": obj{"type": "object"}}},
+	"PlacementTerm": obj{"type": "object", "properties": obj{
+		"clusterProvider": obj{"type": "string"}, "cluster": obj{"type": "string"}, "clusterLabel": obj{"type": "string"},
+		"anyOf": obj{"type": "array", "items": ref("PlacementTerm")},
+	}},
+	"AppIntent": obj{"type": "object", "required": []string{"metadata", "spec"}, "properties": obj{
+		"metadata": ref("Metadata"),
+		"spec": obj{"type": "object", "required": []string{"app", "intent"}, "properties": obj{
+			"app": obj{"type": "string"},
+			"intent": obj{"type": "object", "properties": obj{
+				"allOf": obj{"type": "array", "items": ref("PlacementTerm")},
+				"anyOf": obj{"type": "array", "items": ref("PlacementTerm")},
+			}},
+		}},
+	}},
+	"DIGIntent": obj{"type": "object", "required": []string{"metadata", "spec"}, "properties": obj{
+		"metadata": ref("Metadata"),
+		"spec": obj{"type": "object", "properties": obj{"intent": obj{"type": "object", "required": []string{"genericPlacementIntent"},
+			"additionalProperties": obj{"type": "string"}}}},
+	}},
+	"LifecycleState": obj{"type": "object", "properties": obj{
+		"state":     obj{"type": "string", "enum": []string{"Created", "Approved", "Instantiated", "Terminating", "Terminated"}},
+		"revision":  obj{"type": "integer"},
+		"stateInfo": obj{"type": "object", "properties": obj{"actions": obj{"type": "array", "items": obj{"type": "object"}}}},
+	}},
+	"DIGStatus": obj{"type": "object", "description": "EMCO's status shape: the DIG's state, stateInfo, deployed and ready counts, and per app, cluster and resource their status."},
+	"OpenAPI":   obj{"type": "object", "description": "an OpenAPI 3.0 document"},
 }
 
 var errorCodes = map[string][]int{

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/atoll-edge/atoll/internal/blob"
 	"github.com/atoll-edge/atoll/internal/cluster"
 	"github.com/atoll-edge/atoll/internal/errs"
 	"github.com/atoll-edge/atoll/internal/registry"
@@ -43,6 +44,12 @@ type Options struct {
 	// Extra are routes of other parts of the hub (zero-touch provisioning, the
 	// data path) that the API serves and documents like its own.
 	Extra []Route
+	// Blobs keeps uploaded charts and profiles; Lifecycle drives DIGs; Status
+	// answers their status. The data path's routes are served when Blobs and
+	// Lifecycle are set.
+	Blobs     *blob.Store
+	Lifecycle Lifecycle
+	Status    DIGStatus
 }
 
 // Route is one method and path of the API.
@@ -102,6 +109,7 @@ func New(opts Options) (*Server, error) {
 	s.routes = append(s.routes, s.systemRoutes()...)
 	s.routes = append(s.routes, s.projectRoutes()...)
 	s.routes = append(s.routes, s.clusterRoutes()...)
+	s.routes = append(s.routes, s.appRoutes()...)
 	s.routes = append(s.routes, opts.Extra...)
 	for i := range s.routes {
 		if s.routes[i].Handler == nil {

@@ -36,9 +36,14 @@ import (
 	"github.com/atoll-edge/atoll/internal/cluster"
 	"github.com/atoll-edge/atoll/internal/etcdembed"
 	"github.com/atoll-edge/atoll/internal/kubeconfig"
+	"github.com/atoll-edge/atoll/internal/lifecycle"
 	"github.com/atoll-edge/atoll/internal/model"
+	"github.com/atoll-edge/atoll/internal/plan"
 	"github.com/atoll-edge/atoll/internal/registry"
+	"github.com/atoll-edge/atoll/internal/render"
+	"github.com/atoll-edge/atoll/internal/rsync"
 	"github.com/atoll-edge/atoll/internal/secret"
+	"github.com/atoll-edge/atoll/internal/status"
 	"github.com/atoll-edge/atoll/internal/store"
 )
 
@@ -142,8 +147,14 @@ type Hub struct {
 	Blobs    *blob.Store
 	Registry *registry.Registry
 	Clusters *cluster.Manager
-	listener net.Listener
-	server   *http.Server
+	// The data path: plans, DIG lifecycles, resource sync and status.
+	Plans     *plan.Store
+	Lifecycle *lifecycle.Machine
+	Sync      *rsync.Engine
+	Status    *status.Aggregate
+	Readiness *status.Watchers
+	listener  net.Listener
+	server    *http.Server
 
 	ready     chan struct{}
 	errc      chan error
@@ -206,10 +217,22 @@ func Start(ctx context.Context, cfg Config) (h *Hub, err error) {
 		return nil, err
 	}
 
+	h.Plans = plan.NewStore(h.Blobs)
+	builder := &plan.Builder{Store: h.Store, Blobs: h.Blobs, Plans: h.Plans, Renderer: render.New(512), Clusters: h.Clusters}
+	h.Lifecycle = lifecycle.New(h.cli, h.Store, cfg.EtcdPrefix, builder)
+	h.Status = status.New(h.Lifecycle, h.Plans, h.Clusters, log)
+	h.Sync, err = rsync.New(rsync.Options{Client: h.cli, Root: cfg.EtcdPrefix, Lifecycle: h.Lifecycle, Plans: h.Plans,
+		Clusters: h.Clusters, Sink: h.Status, Logger: log, BackoffCap: cfg.BackoffCap})
+	if err != nil {
+		return nil, err
+	}
+	h.Readiness = status.NewWatchers(h.Lifecycle, h.Plans, h.Clusters, h.Status, log)
+
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	apiServer, err := api.New(api.Options{Store: h.Store, Registry: h.Registry, Clusters: h.Clusters,
-		Ready: h.checkStore, Logger: log, Metrics: metrics})
+		Ready: h.checkStore, Logger: log, Metrics: metrics,
+		Blobs: h.Blobs, Lifecycle: h.Lifecycle, Status: h.Status})
 	if err != nil {
 		return nil, err
 	}
@@ -226,17 +249,25 @@ func Start(ctx context.Context, cfg Config) (h *Hub, err error) {
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
-	h.wg.Add(3)
+	h.wg.Add(6)
+	for _, run := range []func(context.Context) error{h.Sync.Run, h.Status.Run, h.Readiness.Run} {
+		go func() {
+			defer h.wg.Done()
+			if err := run(runCtx); err != nil && runCtx.Err() == nil {
+				h.fail(err)
+			}
+		}()
+	}
 	go func() {
 		defer h.wg.Done()
 		if err := h.server.Serve(h.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			h.errc <- fmt.Errorf("serve API: %w", err)
+			h.fail(fmt.Errorf("serve API: %w", err))
 		}
 	}()
 	go func() {
 		defer h.wg.Done()
 		if err := h.Clusters.Run(runCtx); err != nil {
-			h.errc <- err
+			h.fail(err)
 		}
 	}()
 	go func() {
@@ -257,13 +288,21 @@ func Start(ctx context.Context, cfg Config) (h *Hub, err error) {
 		go func() {
 			select {
 			case err := <-h.etcd.Err():
-				h.errc <- fmt.Errorf("embedded etcd: %w", err)
+				h.fail(fmt.Errorf("embedded etcd: %w", err))
 			case <-runCtx.Done():
 			}
 		}()
 	}
 	log.Info("hub serving", "listen", h.listener.Addr().String(), "embeddedEtcd", h.etcd != nil, "keyID", keyring.ID())
 	return h, nil
+}
+
+// fail reports an error that stops the hub; only the first few are kept.
+func (h *Hub) fail(err error) {
+	select {
+	case h.errc <- err:
+	default:
+	}
 }
 
 func (h *Hub) checkStore(ctx context.Context) error {

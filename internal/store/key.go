@@ -113,7 +113,9 @@ func (k Key) String() string {
 	return b.String()
 }
 
-// parseKey turns a path written by Key.Path back into a key of a known kind.
+// ParseKey turns a path written by Key.Path back into a key of a known kind.
+func (s *Schema) ParseKey(path string) (Key, bool) { return s.parseKey(path) }
+
 func (s *Schema) parseKey(path string) (Key, bool) {
 	parts := strings.Split(path, "/")
 	for _, k := range s.kinds {

@@ -83,6 +83,7 @@ func unavailable(err error, what string) error {
 // exist, and which references refs (each must exist; none can then be deleted while
 // this object refers to it). It returns the new revision.
 func (s *Store) Create(ctx context.Context, k Key, v any, refs ...Key) (int64, error) {
+	refs = dedupe(refs)
 	val, err := encode(v, refs)
 	if err != nil {
 		return 0, err
@@ -320,6 +321,20 @@ func (s *Store) List(ctx context.Context, kind *Kind, parents ...string) ([]Item
 	return items, resp.Header.Revision, nil
 }
 
+// dedupe drops repeated references (etcd refuses a transaction that writes one
+// key twice).
+func dedupe(refs []Key) []Key {
+	seen := map[string]bool{}
+	out := refs[:0:0]
+	for _, r := range refs {
+		if p := r.Path(); !seen[p] {
+			seen[p] = true
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func encode(v any, refs []Key) (string, error) {
 	data, err := json.Marshal(v)
 	if err != nil {
@@ -356,3 +371,7 @@ func lastSegment(key string) string {
 	}
 	return key
 }
+
+// EtcdKey is the etcd key of the object at k, for packages that compare it inside
+// their own transactions (the lifecycle checks that its DIG still exists).
+func (s *Store) EtcdKey(k Key) string { return s.etcdKey(k) }

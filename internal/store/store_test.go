@@ -161,7 +161,8 @@ func TestStoreReferences(t *testing.T) {
 	_, err = f.s.Create(ctx, store.K(f.projects, "p"), thing{})
 	must(t, err)
 	dig := store.K(f.dig, "p", "d")
-	_, err = f.s.Create(ctx, dig, thing{}, c1)
+	// The same reference twice (a provider named by two placement terms) is one.
+	_, err = f.s.Create(ctx, dig, thing{}, c1, c1)
 	must(t, err)
 
 	err = f.s.Delete(ctx, c1, 0)

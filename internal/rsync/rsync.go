@@ -1,0 +1,511 @@
+// Package rsync is the resource sync: per-cluster workers that make each edge
+// cluster hold what the plans of its deployment intent groups say, and nothing the
+// plans no longer say.
+//
+// Work is keyed by cluster in a client-go workqueue with per-cluster exponential
+// backoff, so one dead cluster never slows the others. What has been applied is
+// recorded in etcd per DIG, cluster and resource, with the content hash it was
+// applied with; a worker that starts again (after a hub restart, or when a cluster
+// comes back) compares the plan with these records and applies only what is
+// missing or changed. A record is written before its apply, so that a terminate
+// never declares a DIG gone while an apply is in flight.
+package rsync
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/atoll-edge/atoll/internal/apply"
+	"github.com/atoll-edge/atoll/internal/lifecycle"
+	"github.com/atoll-edge/atoll/internal/model"
+	"github.com/atoll-edge/atoll/internal/plan"
+	"github.com/atoll-edge/atoll/internal/store"
+)
+
+// Deployed states of a resource on a cluster, as the status API shows them.
+const (
+	Pending = "Pending"
+	Applied = "Applied"
+	Failed  = "Failed"
+	Deleted = "Deleted"
+)
+
+// ClusterConfigs gives the client config of a registered cluster.
+type ClusterConfigs interface {
+	Config(key store.Key) (*rest.Config, bool)
+}
+
+// Sink receives what the workers do, for the status aggregate.
+type Sink interface {
+	Deployed(dig, app, cluster string, ref plan.Ref, state, message string)
+	// ClusterWaiting reports how many resources wait for a cluster.
+	ClusterWaiting(cluster string, waiting int, lastError string)
+}
+
+// Options configure the engine. Client, Lifecycle, Plans and Clusters must be set.
+type Options struct {
+	Client    *clientv3.Client
+	Root      string // the hub's etcd prefix
+	Lifecycle *lifecycle.Machine
+	Plans     *plan.Store
+	Clusters  ClusterConfigs
+	Sink      Sink
+	Logger    *slog.Logger
+	// Workers is the number of clusters synced at once (default 8).
+	Workers int
+	// BackoffBase and BackoffCap bound the per-cluster retry backoff (1s, 60s).
+	BackoffBase, BackoffCap time.Duration
+	// Resync is how often every cluster with work is looked at again (default 30s).
+	Resync time.Duration
+}
+
+// Engine runs the workers.
+type Engine struct {
+	opts  Options
+	log   *slog.Logger
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	mu       sync.Mutex
+	digs     map[string]lifecycle.Record // by DIG path
+	appliers map[string]*clusterClient   // by cluster path
+}
+
+type clusterClient struct {
+	host    string
+	applier *apply.Applier
+}
+
+// record is what etcd keeps of one applied resource.
+type record struct {
+	App   string   `json:"app"`
+	Ref   plan.Ref `json:"ref"`
+	Hash  string   `json:"hash"` // empty while the apply is in flight
+	Order int      `json:"order"`
+}
+
+// New checks opts.
+func New(opts Options) (*Engine, error) {
+	if opts.Client == nil || opts.Lifecycle == nil || opts.Plans == nil || opts.Clusters == nil {
+		return nil, errors.New("rsync: Client, Lifecycle, Plans and Clusters must be set")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 8
+	}
+	if opts.BackoffBase <= 0 {
+		opts.BackoffBase = time.Second
+	}
+	if opts.BackoffCap <= 0 {
+		opts.BackoffCap = time.Minute
+	}
+	if opts.Resync <= 0 {
+		opts.Resync = 30 * time.Second
+	}
+	opts.Root = strings.TrimSuffix(opts.Root, "/")
+	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.BackoffBase, opts.BackoffCap)
+	return &Engine{
+		opts:     opts,
+		log:      opts.Logger.With("component", "rsync"),
+		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: "rsync"}),
+		digs:     map[string]lifecycle.Record{},
+		appliers: map[string]*clusterClient{},
+	}, nil
+}
+
+// Run follows the DIG states and syncs clusters until ctx ends.
+func (e *Engine) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for i := 0; i < e.opts.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for e.next(ctx) {
+			}
+		}()
+	}
+	go func() {
+		t := time.NewTicker(e.opts.Resync)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				e.enqueueAll(ctx)
+			}
+		}
+	}()
+	for ctx.Err() == nil {
+		entries, rev, err := e.opts.Lifecycle.List(ctx)
+		if err == nil {
+			e.mu.Lock()
+			e.digs = map[string]lifecycle.Record{}
+			for _, en := range entries {
+				e.digs[en.DIG] = en.Record
+			}
+			e.mu.Unlock()
+			e.enqueueAll(ctx)
+			err = e.opts.Lifecycle.Watch(ctx, rev, func(en lifecycle.Entry) {
+				e.mu.Lock()
+				if en.Deleted {
+					delete(e.digs, en.DIG)
+				} else {
+					e.digs[en.DIG] = en.Record
+				}
+				e.mu.Unlock()
+				e.enqueueDIG(ctx, en.DIG, en.Record)
+			})
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		e.log.Warn("DIG state watch ended; listing again", "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	e.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (e *Engine) enqueueDIG(ctx context.Context, dig string, rec lifecycle.Record) {
+	clusters, err := e.clustersOf(ctx, dig, rec)
+	if err != nil {
+		e.log.Warn("cannot read the plan of a DIG", "dig", dig, "error", err.Error())
+		return
+	}
+	for _, c := range clusters {
+		e.queue.Add(c)
+	}
+}
+
+// clustersOf lists the clusters a DIG's plan names and those it has records on.
+func (e *Engine) clustersOf(ctx context.Context, dig string, rec lifecycle.Record) ([]string, error) {
+	set := map[string]bool{}
+	if rec.Plan != "" {
+		p, err := e.opts.Plans.Get(ctx, rec.Plan)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range p.Clusters() {
+			set[c] = true
+		}
+	}
+	resp, err := e.opts.Client.Get(ctx, e.appliedPrefix(dig), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range resp.Kvs {
+		rest := strings.TrimPrefix(string(kv.Key), e.appliedPrefix(dig))
+		parts := strings.Split(rest, "/")
+		if len(parts) == 4 {
+			set[strings.Join(parts[:3], "/")] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for c := range set {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (e *Engine) enqueueAll(ctx context.Context) {
+	e.mu.Lock()
+	digs := make(map[string]lifecycle.Record, len(e.digs))
+	for k, v := range e.digs {
+		digs[k] = v
+	}
+	e.mu.Unlock()
+	for dig, rec := range digs {
+		e.enqueueDIG(ctx, dig, rec)
+	}
+}
+
+func (e *Engine) next(ctx context.Context) bool {
+	cluster, shutdown := e.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer e.queue.Done(cluster)
+	if err := e.syncCluster(ctx, cluster); err != nil {
+		if ctx.Err() == nil {
+			e.log.Info("cluster sync will be retried", "cluster", cluster, "error", err.Error(), "retries", e.queue.NumRequeues(cluster))
+		}
+		e.queue.AddRateLimited(cluster)
+		return true
+	}
+	e.queue.Forget(cluster)
+	return true
+}
+
+func (e *Engine) appliedPrefix(dig string) string { return e.opts.Root + "/applied/" + dig + "/" }
+
+func (e *Engine) clusterPrefix(dig, cluster string) string {
+	return e.appliedPrefix(dig) + cluster + "/"
+}
+
+func recordKey(prefix string, ref plan.Ref) string {
+	sum := sha256.Sum256([]byte(ref.ID()))
+	return prefix + hex.EncodeToString(sum[:])[:24]
+}
+
+func (e *Engine) applierFor(cluster string) (*apply.Applier, error) {
+	parts := strings.Split(cluster, "/")
+	if len(parts) != 3 || parts[0] != model.Clusters.Name {
+		return nil, fmt.Errorf("rsync: %q is not a cluster key", cluster)
+	}
+	key := store.K(model.Clusters, parts[1], parts[2])
+	cfg, ok := e.opts.Clusters.Config(key)
+	if !ok {
+		return nil, fmt.Errorf("%s has no client: it is not registered, or its kubeconfig cannot be used", key)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c := e.appliers[cluster]; c != nil && c.host == cfg.Host {
+		return c.applier, nil
+	}
+	a, err := apply.New(cfg, apply.Options{})
+	if err != nil {
+		return nil, err
+	}
+	e.appliers[cluster] = &clusterClient{host: cfg.Host, applier: a}
+	return a, nil
+}
+
+// syncCluster brings one cluster in line with every DIG.
+func (e *Engine) syncCluster(ctx context.Context, cluster string) error {
+	e.mu.Lock()
+	digs := make([]string, 0, len(e.digs))
+	recs := make(map[string]lifecycle.Record, len(e.digs))
+	for d, r := range e.digs {
+		digs = append(digs, d)
+		recs[d] = r
+	}
+	e.mu.Unlock()
+	sort.Strings(digs)
+	var firstErr error
+	waiting := 0
+	for _, dig := range digs {
+		n, err := e.syncDIG(ctx, dig, recs[dig], cluster)
+		waiting += n
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		if err != nil && apply.IsUnreachable(err) {
+			break
+		}
+	}
+	if e.opts.Sink != nil {
+		msg := ""
+		if firstErr != nil {
+			msg = firstErr.Error()
+		}
+		e.opts.Sink.ClusterWaiting(cluster, waiting, msg)
+	}
+	return firstErr
+}
+
+// syncDIG applies or deletes one DIG's resources on one cluster. It returns how
+// many resources are still waiting there.
+func (e *Engine) syncDIG(ctx context.Context, dig string, rec lifecycle.Record, cluster string) (int, error) {
+	applied, err := e.records(ctx, dig, cluster)
+	if err != nil {
+		return 0, err
+	}
+	var desired []plannedResource
+	if rec.State == lifecycle.Instantiated && rec.Plan != "" {
+		p, err := e.opts.Plans.Get(ctx, rec.Plan)
+		if err != nil {
+			return 0, err
+		}
+		desired = resourcesOn(p, cluster)
+	}
+	if len(desired) == 0 && len(applied) == 0 {
+		if rec.State == lifecycle.Terminating {
+			return 0, e.maybeTerminated(ctx, dig)
+		}
+		return 0, nil
+	}
+	a, err := e.applierFor(cluster)
+	if err != nil {
+		return len(desired) + len(applied), err
+	}
+	prefix := e.clusterPrefix(dig, cluster)
+
+	// Delete what is applied but no longer planned, newest first.
+	keep := map[string]bool{}
+	for _, d := range desired {
+		keep[d.res.Ref.ID()] = true
+	}
+	var stale []record
+	for _, r := range applied {
+		if !keep[r.Ref.ID()] {
+			stale = append(stale, r)
+		}
+	}
+	sort.Slice(stale, func(i, j int) bool { return stale[i].Order > stale[j].Order })
+	waiting := len(stale)
+	var failed error
+	for _, r := range stale {
+		ref := toApplyRef(r.Ref)
+		if err := a.Delete(ctx, ref); err != nil {
+			if apply.IsUnreachable(err) {
+				return waiting, err
+			}
+			e.report(dig, r.App, cluster, r.Ref, Failed, err.Error())
+			failed = err
+			continue
+		}
+		if err := a.WaitGone(ctx, ref); err != nil {
+			return waiting, err
+		}
+		if _, err := e.opts.Client.Delete(ctx, recordKey(prefix, r.Ref)); err != nil {
+			return waiting, err
+		}
+		waiting--
+		e.report(dig, r.App, cluster, r.Ref, Deleted, "")
+	}
+	if rec.State == lifecycle.Terminating && failed == nil && waiting == 0 {
+		if err := e.maybeTerminated(ctx, dig); err != nil {
+			return 0, err
+		}
+	}
+
+	// Apply what is planned and not applied with the same hash, in order.
+	byID := map[string]record{}
+	for _, r := range applied {
+		byID[r.Ref.ID()] = r
+	}
+	waiting += len(desired)
+	for i, d := range desired {
+		if r, ok := byID[d.res.Ref.ID()]; ok && r.Hash == d.res.Hash {
+			waiting--
+			e.report(dig, d.app, cluster, d.res.Ref, Applied, "")
+			continue
+		}
+		obj, err := e.opts.Plans.Object(ctx, d.res)
+		if err != nil {
+			return waiting, err
+		}
+		pending := record{App: d.app, Ref: d.res.Ref, Order: i}
+		if err := e.putRecord(ctx, prefix, pending); err != nil {
+			return waiting, err
+		}
+		if _, err := a.Apply(ctx, obj); err != nil {
+			if apply.IsUnreachable(err) {
+				return waiting, err
+			}
+			e.report(dig, d.app, cluster, d.res.Ref, Failed, err.Error())
+			failed = err
+			continue
+		}
+		pending.Hash = d.res.Hash
+		if err := e.putRecord(ctx, prefix, pending); err != nil {
+			return waiting, err
+		}
+		waiting--
+		e.report(dig, d.app, cluster, d.res.Ref, Applied, "")
+	}
+	if failed != nil {
+		return waiting, fmt.Errorf("some resources of %s failed on %s: %w", dig, cluster, failed)
+	}
+	return waiting, nil
+}
+
+// maybeTerminated records Terminated once no cluster holds anything of the DIG.
+func (e *Engine) maybeTerminated(ctx context.Context, dig string) error {
+	resp, err := e.opts.Client.Get(ctx, e.appliedPrefix(dig), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return err
+	}
+	if resp.Count > 0 {
+		return nil
+	}
+	k, ok := model.Schema.ParseKey(dig)
+	if !ok {
+		return fmt.Errorf("rsync: %q is not a DIG key", dig)
+	}
+	if err := e.opts.Lifecycle.Terminated(ctx, k); err != nil {
+		return err
+	}
+	e.log.Info("DIG terminated on every cluster", "dig", dig)
+	return nil
+}
+
+func (e *Engine) putRecord(ctx context.Context, prefix string, r record) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = e.opts.Client.Put(ctx, recordKey(prefix, r.Ref), string(data))
+	return err
+}
+
+func (e *Engine) records(ctx context.Context, dig, cluster string) ([]record, error) {
+	resp, err := e.opts.Client.Get(ctx, e.clusterPrefix(dig, cluster), clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]record, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var r record
+		if err := json.Unmarshal(kv.Value, &r); err == nil {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func (e *Engine) report(dig, app, cluster string, ref plan.Ref, state, msg string) {
+	if e.opts.Sink != nil {
+		e.opts.Sink.Deployed(dig, app, cluster, ref, state, msg)
+	}
+}
+
+type plannedResource struct {
+	app string
+	res plan.Resource
+}
+
+// resourcesOn lists, in apply order, what the plan puts on cluster: every app's
+// CRDs first, then each app's resources in plan order.
+func resourcesOn(p *plan.Plan, cluster string) []plannedResource {
+	var crds, rest []plannedResource
+	for _, a := range p.Apps {
+		for _, c := range a.Clusters {
+			if c.Cluster != cluster {
+				continue
+			}
+			for _, r := range c.Resources {
+				if r.Phase == "crd" {
+					crds = append(crds, plannedResource{a.App, r})
+				} else {
+					rest = append(rest, plannedResource{a.App, r})
+				}
+			}
+		}
+	}
+	return append(crds, rest...)
+}
+
+func toApplyRef(r plan.Ref) apply.ObjectRef {
+	return apply.ObjectRef{APIVersion: r.APIVersion, Kind: r.Kind, Namespace: r.Namespace, Name: r.Name}
+}
