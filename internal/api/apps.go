@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"strings"
 
 	"github.com/atoll-edge/atoll/internal/chart"
 	"github.com/atoll-edge/atoll/internal/errs"
@@ -17,6 +18,9 @@ type Lifecycle interface {
 	Approve(ctx context.Context, dig store.Key) (lifecycle.Record, error)
 	Instantiate(ctx context.Context, dig store.Key) (lifecycle.Record, error)
 	Terminate(ctx context.Context, dig store.Key) (lifecycle.Record, error)
+	Stop(ctx context.Context, dig store.Key) (lifecycle.Record, error)
+	Update(ctx context.Context, dig store.Key) (lifecycle.Record, error)
+	Rollback(ctx context.Context, dig store.Key, revision int64) (lifecycle.Record, error)
 	CanDelete(ctx context.Context, dig store.Key) error
 	Forget(ctx context.Context, dig store.Key) error
 }
@@ -45,6 +49,7 @@ var (
 	pGPI              = param{"genericPlacementIntent", "generic placement intent"}
 	pAppIntent        = param{"appIntent", "app intent"}
 	pIntent           = param{"intent", "intent"}
+	pDependency       = param{"dependency", "dependency"}
 )
 
 const (
@@ -84,6 +89,13 @@ func (s *Server) appRoutes() []Route {
 		Route{Method: "PUT", Pattern: appsPath + "/{app}", Summary: "Replace an app and its chart (multipart).", Request: "multipart:App", Response: "App", Status: 200, MaxBody: maxUpload, Tag: tag, Handler: s.updateApp},
 		Route{Method: "DELETE", Pattern: appsPath + "/{app}", Summary: "Delete an app (refused while a profile or intent refers to it).", Status: 204, Tag: tag, Handler: s.deleteApp},
 	)
+	rs = append(rs, crud[model.AppDependency, *model.AppDependency]{st: st, kind: model.AppDependencies, base: appsPath + "/{app}/dependency",
+		parents: append(append([]param(nil), caParams...), pApp), own: pDependency, schema: "AppDependency",
+		check: s.checkDependency,
+		refs: func(parents []string, d *model.AppDependency) ([]store.Key, error) {
+			return []store.Key{store.K(model.Apps, append(append([]string(nil), parents[:3]...), d.Spec.App)...)}, nil
+		},
+	}.routes(tag)...)
 	rs = append(rs, crud[model.CompositeProfile, *model.CompositeProfile]{st: st, kind: model.CompositeProfiles, base: cprofilesPath,
 		parents: caParams, own: pCompositeProfile, schema: "CompositeProfile"}.routes(tag)...)
 	rs = append(rs,
@@ -127,11 +139,64 @@ func (s *Server) appRoutes() []Route {
 		Route{Method: "POST", Pattern: digPath + "/approve", Summary: "Approve the DIG.", Response: "LifecycleState", Status: 202, Tag: dtag, Handler: s.lifecycleCall(s.opts.Lifecycle.Approve)},
 		Route{Method: "POST", Pattern: digPath + "/instantiate", Summary: "Plan the DIG and deploy it; answers 202 once the plan is durable.", Response: "LifecycleState", Status: 202, Tag: dtag, Handler: s.lifecycleCall(s.opts.Lifecycle.Instantiate)},
 		Route{Method: "POST", Pattern: digPath + "/terminate", Summary: "Delete everything the DIG deployed; the DIG is Terminating until every cluster is done.", Response: "LifecycleState", Status: 202, Tag: dtag, Handler: s.lifecycleCall(s.opts.Lifecycle.Terminate)},
+		Route{Method: "POST", Pattern: digPath + "/stop", Summary: "Cancel the DIG's waiting work: the clusters are left as they are; terminate or update it afterwards.", Response: "LifecycleState", Status: 202, Tag: dtag, Handler: s.lifecycleCall(s.opts.Lifecycle.Stop)},
+		Route{Method: "POST", Pattern: digPath + "/update", Summary: "Plan the changed DIG again and deploy the difference: changed resources applied, removed ones deleted, unchanged ones untouched.", Response: "LifecycleState", Status: 202, Tag: dtag, Handler: s.lifecycleCall(s.opts.Lifecycle.Update)},
+		Route{Method: "POST", Pattern: digPath + "/rollback", Summary: "Deploy the plan of an earlier revision (spec.revision) again, as a new revision.", Request: "Rollback", Response: "LifecycleState", Status: 202, Tag: dtag, Handler: s.rollback},
 	)
 	if s.opts.Status != nil {
 		rs = append(rs, Route{Method: "GET", Pattern: digPath + "/status", Summary: "The DIG's state and its resources' deployed and ready status (query: status=deployed|ready, output=summary|all|detail, app, cluster, resource).", Response: "DIGStatus", Status: 200, Tag: dtag, Handler: s.digStatus})
 	}
 	return rs
+}
+
+// checkDependency validates a dependency of the app parents[3] and refuses one
+// that would close a cycle, naming it.
+func (s *Server) checkDependency(ctx context.Context, parents []string, d *model.AppDependency) error {
+	self := parents[3]
+	if err := model.ValidateDependency(self, d); err != nil {
+		return err
+	}
+	items, err := s.opts.Store.ListUnder(ctx, model.AppDependencies, parents[:3]...)
+	if err != nil {
+		return err
+	}
+	edges := map[string][]string{}
+	for _, it := range items {
+		var other model.AppDependency
+		if err := it.Decode(&other); err != nil {
+			return err
+		}
+		from := it.Key.Names[3]
+		if from == self && it.Key.Name() == d.Metadata.Name {
+			continue // the dependency being replaced
+		}
+		edges[from] = append(edges[from], other.Spec.App)
+	}
+	edges[self] = append(edges[self], d.Spec.App)
+	// A cycle through the new edge is a path from its target back to self.
+	var path []string
+	seen := map[string]bool{}
+	var walk func(app string) bool
+	walk = func(app string) bool {
+		path = append(path, app)
+		if app == self {
+			return true
+		}
+		if !seen[app] {
+			seen[app] = true
+			for _, next := range edges[app] {
+				if walk(next) {
+					return true
+				}
+			}
+		}
+		path = path[:len(path)-1]
+		return false
+	}
+	if walk(d.Spec.App) {
+		return errs.New(errs.Invalid, "the dependency would make a cycle: %s", strings.Join(append([]string{self}, path...), " → "))
+	}
+	return nil
 }
 
 func validateDIG(d *model.DeploymentIntentGroup) error {
@@ -677,8 +742,36 @@ func (s *Server) lifecycleCall(call func(context.Context, store.Key) (lifecycle.
 	}
 }
 
+func (s *Server) rollback(w http.ResponseWriter, r *http.Request) error {
+	k, err := digKey(r)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		Spec struct {
+			Revision *int64 `json:"revision"`
+		} `json:"spec"`
+	}
+	if err := decodeJSON(r, &body); err != nil {
+		return err
+	}
+	if body.Spec.Revision == nil || *body.Spec.Revision <= 0 {
+		return errs.New(errs.Invalid, "spec.revision is missing; name the revision to roll back to (GET .../status shows them)")
+	}
+	rec, err := s.opts.Lifecycle.Rollback(r.Context(), k, *body.Spec.Revision)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, lifecycleAnswer(rec))
+	return nil
+}
+
 func lifecycleAnswer(rec lifecycle.Record) map[string]any {
-	return map[string]any{"state": rec.State, "revision": rec.Revision, "stateInfo": map[string]any{"actions": rec.Actions}}
+	revisions := make([]int64, 0, len(rec.History))
+	for _, h := range rec.History {
+		revisions = append(revisions, h.Revision)
+	}
+	return map[string]any{"state": rec.State, "revision": rec.Revision, "revisions": revisions, "stateInfo": map[string]any{"actions": rec.Actions}}
 }
 
 func (s *Server) digStatus(w http.ResponseWriter, r *http.Request) error {

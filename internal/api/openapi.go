@@ -106,9 +106,21 @@ var components = obj{
 			"additionalProperties": obj{"type": "string"}}}},
 	}},
 	"LifecycleState": obj{"type": "object", "properties": obj{
-		"state":     obj{"type": "string", "enum": []string{"Created", "Approved", "Instantiated", "Terminating", "Terminated"}},
+		"state":     obj{"type": "string", "enum": []string{"Created", "Approved", "Instantiated", "Terminating", "Terminated", "Stopped"}},
 		"revision":  obj{"type": "integer"},
 		"stateInfo": obj{"type": "object", "properties": obj{"actions": obj{"type": "array", "items": obj{"type": "object"}}}},
+	}},
+	"AppDependency": obj{"type": "object", "required": []string{"metadata", "spec"}, "properties": obj{
+		"metadata": ref("Metadata"),
+		"spec": obj{"type": "object", "required": []string{"app"}, "properties": obj{
+			"app":      str("the app this one waits for, on each cluster"),
+			"opStatus": obj{"type": "string", "enum": []string{"Ready", "Deployed"}, "description": "the state it must reach (default Ready)"},
+			"wait":     obj{"type": "integer", "minimum": 0, "description": "seconds to wait after that"},
+		}},
+	}},
+	"Rollback": obj{"type": "object", "required": []string{"spec"}, "properties": obj{
+		"metadata": ref("Metadata"),
+		"spec":     obj{"type": "object", "required": []string{"revision"}, "properties": obj{"revision": obj{"type": "integer", "minimum": 1}}},
 	}},
 	"DIGStatus": obj{"type": "object", "description": "EMCO's status shape: the DIG's state, stateInfo, deployed and ready counts, and per app, cluster and resource their status."},
 	"OpenAPI":   obj{"type": "object", "description": "an OpenAPI 3.0 document"},

@@ -66,7 +66,7 @@ func newServer(tb testing.TB) *api.Server {
 		Logger:    slog.New(slog.DiscardHandler),
 		Blobs:     blobs,
 		Lifecycle: lc,
-		Status:    status.New(lc, plan.NewStore(blobs), noStatuses{}, nil),
+		Status:    status.New(nil, "/t", lc, plan.NewStore(blobs), noStatuses{}, nil),
 	})
 	if err != nil {
 		tb.Fatalf("api.New: %v", err)

@@ -67,6 +67,9 @@ type Config struct {
 	// ProbeInterval, BackoffCap: connectivity probes of reachable clusters, and the
 	// cap of the backoff between probes of unreachable ones.
 	ProbeInterval, BackoffCap time.Duration
+	// LeaseTTL is how long a hub replica's claim on its clusters outlives it:
+	// the others take its clusters over within this time after it dies.
+	LeaseTTL time.Duration
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
 	// Logger, when set, replaces the JSON logger on stdout (tests).
@@ -82,6 +85,7 @@ func NewConfig() Config {
 		MaxBlobBytes:  blob.DefaultMaxSize,
 		ProbeInterval: 15 * time.Second,
 		BackoffCap:    60 * time.Second,
+		LeaseTTL:      10 * time.Second,
 		LogLevel:      "info",
 	}
 }
@@ -97,6 +101,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&c.MaxBlobBytes, "max-blob-bytes", c.MaxBlobBytes, "cap on one uploaded file (charts, profiles) in bytes")
 	fs.DurationVar(&c.ProbeInterval, "cluster-probe-interval", c.ProbeInterval, "time between connectivity probes of a reachable cluster")
 	fs.DurationVar(&c.BackoffCap, "cluster-backoff-cap", c.BackoffCap, "longest wait between probes of an unreachable cluster")
+	fs.DurationVar(&c.LeaseTTL, "cluster-lease-ttl", c.LeaseTTL, "how long a dead hub replica keeps its clusters before the other replicas take them (whole seconds)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 }
 
@@ -119,6 +124,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBlobBytes <= 0 {
 		return fmt.Errorf("--max-blob-bytes %d must be positive", c.MaxBlobBytes)
+	}
+	if c.LeaseTTL < time.Second {
+		return fmt.Errorf("--cluster-lease-ttl %s must be at least 1s", c.LeaseTTL)
 	}
 	if c.ProbeInterval <= 0 || c.BackoffCap <= 0 {
 		return errors.New("--cluster-probe-interval and --cluster-backoff-cap must be positive")
@@ -217,19 +225,20 @@ func Start(ctx context.Context, cfg Config) (h *Hub, err error) {
 		return nil, err
 	}
 
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
 	h.Plans = plan.NewStore(h.Blobs)
 	builder := &plan.Builder{Store: h.Store, Blobs: h.Blobs, Plans: h.Plans, Renderer: render.New(512), Clusters: h.Clusters}
 	h.Lifecycle = lifecycle.New(h.cli, h.Store, cfg.EtcdPrefix, builder)
-	h.Status = status.New(h.Lifecycle, h.Plans, h.Clusters, log)
+	h.Status = status.New(h.cli, cfg.EtcdPrefix, h.Lifecycle, h.Plans, h.Clusters, log)
 	h.Sync, err = rsync.New(rsync.Options{Client: h.cli, Root: cfg.EtcdPrefix, Lifecycle: h.Lifecycle, Plans: h.Plans,
-		Clusters: h.Clusters, Sink: h.Status, Logger: log, BackoffCap: cfg.BackoffCap})
+		Clusters: h.Clusters, Sink: h.Status, Ready: h.Status, Logger: log, BackoffCap: cfg.BackoffCap, Metrics: metrics, LeaseTTL: cfg.LeaseTTL})
 	if err != nil {
 		return nil, err
 	}
 	h.Readiness = status.NewWatchers(h.Lifecycle, h.Plans, h.Clusters, h.Status, log)
 
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	apiServer, err := api.New(api.Options{Store: h.Store, Registry: h.Registry, Clusters: h.Clusters,
 		Ready: h.checkStore, Logger: log, Metrics: metrics,
 		Blobs: h.Blobs, Lifecycle: h.Lifecycle, Status: h.Status})

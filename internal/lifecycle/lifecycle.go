@@ -32,7 +32,20 @@ const (
 	Instantiated State = "Instantiated"
 	Terminating  State = "Terminating"
 	Terminated   State = "Terminated"
+	// Stopped: the resource sync leaves the DIG's clusters alone (no applies, no
+	// deletes, no retries) until it is terminated (or updated).
+	Stopped State = "Stopped"
 )
+
+// maxHistory bounds the plan revisions kept for rollback.
+const maxHistory = 20
+
+// PlanRevision is one plan the DIG was deployed with.
+type PlanRevision struct {
+	Revision int64     `json:"revision"`
+	Plan     string    `json:"plan"`
+	Time     time.Time `json:"time"`
+}
 
 // Action is one entry of the DIG's history (EMCO's stateInfo.actions).
 type Action struct {
@@ -51,6 +64,18 @@ type Record struct {
 	// Revision counts the plans made for the DIG.
 	Revision int64    `json:"revision"`
 	Actions  []Action `json:"actions"`
+	// History holds the latest plan revisions, oldest first, for rollback.
+	History []PlanRevision `json:"history,omitempty"`
+	// StoppedFrom is the state a Stopped DIG was in.
+	StoppedFrom State `json:"stoppedFrom,omitempty"`
+}
+
+func (r *Record) addPlan(digest string, at time.Time) {
+	r.Plan = digest
+	r.History = append(append([]PlanRevision(nil), r.History...), PlanRevision{Revision: r.Revision, Plan: digest, Time: at})
+	if len(r.History) > maxHistory {
+		r.History = r.History[len(r.History)-maxHistory:]
+	}
 }
 
 // Planner makes the plan of a DIG durable and returns its digest.
@@ -180,11 +205,94 @@ func (m *Machine) Instantiate(ctx context.Context, dig store.Key) (Record, error
 	}
 	rec.Revision++
 	next := m.next(rec, Instantiated)
-	next.Plan = digest
+	next.addPlan(digest, m.now())
 	if _, err := m.transition(ctx, dig, rev, next); err != nil {
 		return Record{}, err
 	}
 	return next, nil
+}
+
+// Update plans a changed DIG (its version, override values, placement) again
+// and deploys the new plan in place of the old one: changed resources are
+// applied, removed ones (and those of removed clusters) deleted, unchanged ones
+// left alone. It works on an Instantiated or Stopped DIG.
+func (m *Machine) Update(ctx context.Context, dig store.Key) (Record, error) {
+	if _, err := m.store.Get(ctx, dig, nil); err != nil {
+		return Record{}, err
+	}
+	rec, rev, err := m.Get(ctx, dig)
+	if err != nil {
+		return Record{}, err
+	}
+	if rec.State != Instantiated && rec.State != Stopped {
+		return Record{}, errs.New(errs.Conflict, "%s is %s; only an instantiated (or stopped) one can be updated", dig, rec.State)
+	}
+	digest, err := m.planner.Plan(ctx, dig, rec.Revision+1)
+	if err != nil {
+		return Record{}, err
+	}
+	rec.Revision++
+	next := m.next(rec, Instantiated)
+	next.StoppedFrom = ""
+	next.addPlan(digest, m.now())
+	if _, err := m.transition(ctx, dig, rev, next); err != nil {
+		return Record{}, err
+	}
+	return next, nil
+}
+
+// Rollback deploys the plan of an earlier revision again, as a new revision.
+func (m *Machine) Rollback(ctx context.Context, dig store.Key, revision int64) (Record, error) {
+	if _, err := m.store.Get(ctx, dig, nil); err != nil {
+		return Record{}, err
+	}
+	rec, rev, err := m.Get(ctx, dig)
+	if err != nil {
+		return Record{}, err
+	}
+	if rec.State != Instantiated && rec.State != Stopped {
+		return Record{}, errs.New(errs.Conflict, "%s is %s; only an instantiated (or stopped) one can be rolled back", dig, rec.State)
+	}
+	var target string
+	var known []string
+	for _, h := range rec.History {
+		known = append(known, fmt.Sprint(h.Revision))
+		if h.Revision == revision {
+			target = h.Plan
+		}
+	}
+	if target == "" {
+		return Record{}, errs.New(errs.Invalid, "%s has no revision %d to roll back to; it has revisions %s", dig, revision, strings.Join(known, ", "))
+	}
+	rec.Revision++
+	next := m.next(rec, Instantiated)
+	next.StoppedFrom = ""
+	next.addPlan(target, m.now())
+	next.Actions[len(next.Actions)-1].Instance = fmt.Sprintf("rollback to revision %d", revision)
+	if _, err := m.transition(ctx, dig, rev, next); err != nil {
+		return Record{}, err
+	}
+	return next, nil
+}
+
+// Stop cancels the work still waiting for an Instantiated or Terminating DIG:
+// the resource sync leaves its clusters as they are. A stopped DIG can be
+// terminated (or updated) afterwards.
+func (m *Machine) Stop(ctx context.Context, dig store.Key) (Record, error) {
+	if _, err := m.store.Get(ctx, dig, nil); err != nil {
+		return Record{}, err
+	}
+	rec, rev, err := m.Get(ctx, dig)
+	if err != nil {
+		return Record{}, err
+	}
+	if rec.State != Instantiated && rec.State != Terminating {
+		return Record{}, errs.New(errs.Conflict, "%s is %s; only an instantiated or terminating one can be stopped", dig, rec.State)
+	}
+	next := m.next(rec, Stopped)
+	next.StoppedFrom = rec.State
+	_, err = m.transition(ctx, dig, rev, next)
+	return next, err
 }
 
 // Terminate moves an Instantiated DIG to Terminating; the resource sync deletes
@@ -198,13 +306,14 @@ func (m *Machine) Terminate(ctx context.Context, dig store.Key) (Record, error) 
 		return Record{}, err
 	}
 	switch rec.State {
-	case Instantiated:
+	case Instantiated, Stopped:
 	case Terminating:
 		return Record{}, errs.New(errs.Conflict, "%s is already terminating", dig)
 	default:
 		return Record{}, errs.New(errs.Conflict, "%s is %s; only an instantiated one can be terminated", dig, rec.State)
 	}
 	next := m.next(rec, Terminating)
+	next.StoppedFrom = ""
 	_, err = m.transition(ctx, dig, rev, next)
 	return next, err
 }
@@ -229,7 +338,7 @@ func (m *Machine) CanDelete(ctx context.Context, dig store.Key) error {
 	if err != nil {
 		return err
 	}
-	if rec.State == Instantiated || rec.State == Terminating {
+	if rec.State == Instantiated || rec.State == Terminating || rec.State == Stopped {
 		return errs.New(errs.Conflict, "%s is %s; terminate it before deleting it", dig, rec.State)
 	}
 	return nil

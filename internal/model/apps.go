@@ -151,10 +151,50 @@ type DIGIntentSpec struct {
 	Intent map[string]string `json:"intent"`
 }
 
+// AppDependency says that an app starts on a cluster only once another app has
+// reached a state there (EMCO's app dependency intents).
+type AppDependency struct {
+	Metadata Metadata          `json:"metadata"`
+	Spec     AppDependencySpec `json:"spec"`
+}
+
+// Meta returns the object's metadata.
+func (d *AppDependency) Meta() *Metadata { return &d.Metadata }
+
+// AppDependencySpec names the app depended on, the state it must reach, and the
+// seconds to wait after that.
+type AppDependencySpec struct {
+	App      string `json:"app"`
+	OpStatus string `json:"opStatus"` // Ready or Deployed
+	Wait     int    `json:"wait,omitempty"`
+}
+
+// ValidateDependency checks a dependency's spec.
+func ValidateDependency(self string, d *AppDependency) error {
+	if d.Spec.App == "" {
+		return errs.New(errs.Invalid, "spec.app is empty; name the app %q depends on", self)
+	}
+	if d.Spec.App == self {
+		return errs.New(errs.Invalid, "app %q cannot depend on itself", self)
+	}
+	switch d.Spec.OpStatus {
+	case "Ready", "Deployed":
+	case "":
+		d.Spec.OpStatus = "Ready"
+	default:
+		return errs.New(errs.Invalid, "spec.opStatus %q is not Ready or Deployed", d.Spec.OpStatus)
+	}
+	if d.Spec.Wait < 0 || d.Spec.Wait > 86400 {
+		return errs.New(errs.Invalid, "spec.wait %d is not between 0 and 86400 seconds", d.Spec.Wait)
+	}
+	return nil
+}
+
 // Kinds of the data path.
 var (
 	CompositeApps           = Schema.AddVersioned("composite-apps", "composite app", Projects)
 	Apps                    = Schema.Add("apps", "app", CompositeApps)
+	AppDependencies         = Schema.Add("app-dependencies", "dependency", Apps)
 	CompositeProfiles       = Schema.Add("composite-profiles", "composite profile", CompositeApps)
 	Profiles                = Schema.Add("profiles", "profile", CompositeProfiles)
 	DIGs                    = Schema.Add("deployment-intent-groups", "deployment intent group", CompositeApps)

@@ -134,6 +134,17 @@ func (b *Builder) Build(ctx context.Context, dig store.Key, revision int64) (*Pl
 			layers = append(layers, ov)
 		}
 		ap := AppPlan{App: name}
+		deps, _, err := b.Store.List(ctx, model.AppDependencies, append(append([]string(nil), ca.Names...), name)...)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range deps {
+			var d model.AppDependency
+			if err := it.Decode(&d); err != nil {
+				return nil, err
+			}
+			ap.DependsOn = append(ap.DependsOn, Dependency{App: d.Spec.App, OpStatus: d.Spec.OpStatus, Wait: d.Spec.Wait})
+		}
 		for _, c := range placed {
 			ck := store.K(model.Clusters, c.Provider, c.Name)
 			kv, apiVersions, _ := b.Clusters.Capabilities(ck)
@@ -379,4 +390,3 @@ func mergeMaps(a, b map[string]any) map[string]any {
 	}
 	return out
 }
-

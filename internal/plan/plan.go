@@ -71,6 +71,16 @@ type ClusterPlan struct {
 type AppPlan struct {
 	App      string        `json:"app"`
 	Clusters []ClusterPlan `json:"clusters"`
+	// DependsOn: on each cluster, the app starts only when these apps have
+	// reached their state there, plus their wait.
+	DependsOn []Dependency `json:"dependsOn,omitempty"`
+}
+
+// Dependency is one app dependency of a plan.
+type Dependency struct {
+	App      string `json:"app"`
+	OpStatus string `json:"opStatus"` // Ready or Deployed
+	Wait     int    `json:"wait,omitempty"`
 }
 
 // Plan is one revision of a DIG's deployment.

@@ -19,12 +19,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"os"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 
@@ -48,6 +52,12 @@ type ClusterConfigs interface {
 	Config(key store.Key) (*rest.Config, bool)
 }
 
+// Readiness says whether an app's resources on a cluster are all ready, for
+// dependencies with opStatus Ready.
+type Readiness interface {
+	AppReady(dig, cluster, app string) bool
+}
+
 // Sink receives what the workers do, for the status aggregate.
 type Sink interface {
 	Deployed(dig, app, cluster string, ref plan.Ref, state, message string)
@@ -63,6 +73,7 @@ type Options struct {
 	Plans     *plan.Store
 	Clusters  ClusterConfigs
 	Sink      Sink
+	Ready     Readiness
 	Logger    *slog.Logger
 	// Workers is the number of clusters synced at once (default 8).
 	Workers int
@@ -70,6 +81,14 @@ type Options struct {
 	BackoffBase, BackoffCap time.Duration
 	// Resync is how often every cluster with work is looked at again (default 30s).
 	Resync time.Duration
+	// Metrics registers the engine's counters; nil keeps them unregistered.
+	Metrics prometheus.Registerer
+	// Replica names this hub process among the replicas sharing one etcd; each
+	// cluster is synced by the one replica that holds its owner key, kept alive
+	// by that replica's lease (LeaseTTL, default 10s). When a replica dies, its
+	// lease expires and the others take its clusters.
+	Replica  string
+	LeaseTTL time.Duration
 }
 
 // Engine runs the workers.
@@ -81,6 +100,14 @@ type Engine struct {
 	mu       sync.Mutex
 	digs     map[string]lifecycle.Record // by DIG path
 	appliers map[string]*clusterClient   // by cluster path
+
+	metAt map[string]time.Time // when a dependency was first seen met, by dig|cluster|app|dep
+
+	sessMu  sync.Mutex
+	session *concurrency.Session
+
+	applies *prometheus.CounterVec // by result: created, configured, unchanged, failed
+	deletes *prometheus.CounterVec // by result: deleted, failed
 }
 
 type clusterClient struct {
@@ -116,15 +143,51 @@ func New(opts Options) (*Engine, error) {
 	if opts.Resync <= 0 {
 		opts.Resync = 30 * time.Second
 	}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = 10 * time.Second
+	}
+	if opts.Replica == "" {
+		host, _ := os.Hostname()
+		opts.Replica = fmt.Sprintf("%s-%d-%d", host, os.Getpid(), time.Now().UnixNano())
+	}
 	opts.Root = strings.TrimSuffix(opts.Root, "/")
-	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.BackoffBase, opts.BackoffCap)
-	return &Engine{
+	limiter := jitter{workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.BackoffBase, opts.BackoffCap), 0.2}
+	e := &Engine{
 		opts:     opts,
 		log:      opts.Logger.With("component", "rsync"),
-		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: "rsync"}),
+		queue:    workqueue.NewTypedRateLimitingQueueWithConfig[string](limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: "rsync"}),
 		digs:     map[string]lifecycle.Record{},
 		appliers: map[string]*clusterClient{},
-	}, nil
+		metAt:    map[string]time.Time{},
+		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "atoll_rsync_applies_total",
+			Help: "Server-side applies sent to edge clusters, by result; unchanged ones were redundant.",
+		}, []string{"result"}),
+		deletes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "atoll_rsync_deletes_total", Help: "Deletes sent to edge clusters, by result.",
+		}, []string{"result"}),
+	}
+	if opts.Metrics != nil {
+		for _, c := range []prometheus.Collector{e.applies, e.deletes} {
+			if err := opts.Metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("rsync: register metrics: %w", err)
+			}
+		}
+	}
+	return e, nil
+}
+
+// jitter spreads the retries of many clusters that failed at once: each wait of
+// the inner limiter is moved by up to ±factor of itself.
+type jitter struct {
+	workqueue.TypedRateLimiter[string]
+	factor float64
+}
+
+// When returns the inner wait with jitter.
+func (j jitter) When(item string) time.Duration {
+	d := j.TypedRateLimiter.When(item)
+	return time.Duration(float64(d) * (1 + j.factor*(2*rand.Float64()-1)))
 }
 
 // Run follows the DIG states and syncs clusters until ctx ends.
@@ -182,6 +245,12 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	e.queue.ShutDown()
 	wg.Wait()
+	e.sessMu.Lock()
+	if e.session != nil {
+		// Give the clusters up at once, rather than when the lease expires.
+		_ = e.session.Close()
+	}
+	e.sessMu.Unlock()
 	return nil
 }
 
@@ -245,6 +314,16 @@ func (e *Engine) next(ctx context.Context) bool {
 		return false
 	}
 	defer e.queue.Done(cluster)
+	owned, err := e.own(ctx, cluster)
+	if err != nil || !owned {
+		if err != nil && ctx.Err() == nil {
+			e.log.Warn("cannot claim a cluster", "cluster", cluster, "error", err.Error())
+		}
+		// Another replica syncs it; look again in case that replica dies.
+		e.queue.Forget(cluster)
+		e.queue.AddAfter(cluster, e.opts.LeaseTTL)
+		return true
+	}
 	if err := e.syncCluster(ctx, cluster); err != nil {
 		if ctx.Err() == nil {
 			e.log.Info("cluster sync will be retried", "cluster", cluster, "error", err.Error(), "retries", e.queue.NumRequeues(cluster))
@@ -254,6 +333,51 @@ func (e *Engine) next(ctx context.Context) bool {
 	}
 	e.queue.Forget(cluster)
 	return true
+}
+
+// own says whether this replica syncs cluster, claiming it when nobody does. The
+// claim is an etcd key bound to this replica's lease.
+func (e *Engine) own(ctx context.Context, cluster string) (bool, error) {
+	sess, err := e.currentSession(ctx)
+	if err != nil {
+		return false, err
+	}
+	key := e.opts.Root + "/owners/" + cluster
+	resp, err := e.opts.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, e.opts.Replica, clientv3.WithLease(sess.Lease()))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return false, err
+	}
+	if resp.Succeeded {
+		e.log.Info("cluster claimed", "cluster", cluster, "replica", e.opts.Replica)
+		return true, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	return len(kvs) == 1 && string(kvs[0].Value) == e.opts.Replica && kvs[0].Lease == int64(sess.Lease()), nil
+}
+
+// currentSession returns this replica's lease session, making a new one when the
+// old one expired (its claims went with it).
+func (e *Engine) currentSession(ctx context.Context) (*concurrency.Session, error) {
+	e.sessMu.Lock()
+	defer e.sessMu.Unlock()
+	if e.session != nil {
+		select {
+		case <-e.session.Done():
+			e.session = nil
+		default:
+			return e.session, nil
+		}
+	}
+	sess, err := concurrency.NewSession(e.opts.Client, concurrency.WithTTL(int(e.opts.LeaseTTL.Seconds())), concurrency.WithContext(context.WithoutCancel(ctx)))
+	if err != nil {
+		return nil, fmt.Errorf("open a lease session: %w", err)
+	}
+	e.session = sess
+	return sess, nil
 }
 
 func (e *Engine) appliedPrefix(dig string) string { return e.opts.Root + "/applied/" + dig + "/" }
@@ -326,6 +450,9 @@ func (e *Engine) syncCluster(ctx context.Context, cluster string) error {
 // syncDIG applies or deletes one DIG's resources on one cluster. It returns how
 // many resources are still waiting there.
 func (e *Engine) syncDIG(ctx context.Context, dig string, rec lifecycle.Record, cluster string) (int, error) {
+	if rec.State == lifecycle.Stopped {
+		return 0, nil
+	}
 	applied, err := e.records(ctx, dig, cluster)
 	if err != nil {
 		return 0, err
@@ -367,6 +494,7 @@ func (e *Engine) syncDIG(ctx context.Context, dig string, rec lifecycle.Record, 
 	for _, r := range stale {
 		ref := toApplyRef(r.Ref)
 		if err := a.Delete(ctx, ref); err != nil {
+			e.deletes.WithLabelValues("failed").Inc()
 			if apply.IsUnreachable(err) {
 				return waiting, err
 			}
@@ -374,6 +502,7 @@ func (e *Engine) syncDIG(ctx context.Context, dig string, rec lifecycle.Record, 
 			failed = err
 			continue
 		}
+		e.deletes.WithLabelValues("deleted").Inc()
 		if err := a.WaitGone(ctx, ref); err != nil {
 			return waiting, err
 		}
@@ -389,40 +518,59 @@ func (e *Engine) syncDIG(ctx context.Context, dig string, rec lifecycle.Record, 
 		}
 	}
 
-	// Apply what is planned and not applied with the same hash, in order.
+	// Apply what is planned and not applied with the same hash, app by app in
+	// dependency order, each app's resources in plan order.
 	byID := map[string]record{}
 	for _, r := range applied {
 		byID[r.Ref.ID()] = r
 	}
 	waiting += len(desired)
-	for i, d := range desired {
-		if r, ok := byID[d.res.Ref.ID()]; ok && r.Hash == d.res.Hash {
-			waiting--
-			e.report(dig, d.app, cluster, d.res.Ref, Applied, "")
+	deployed := map[string]bool{} // apps whose resources are all applied here
+	order := 0
+	for _, app := range appsOn(desired) {
+		if ok, retry := e.depsMet(dig, cluster, app, deployed); !ok {
+			deployed[app.name] = false
+			e.queue.AddAfter(cluster, retry)
+			order += len(app.res)
 			continue
 		}
-		obj, err := e.opts.Plans.Object(ctx, d.res)
-		if err != nil {
-			return waiting, err
-		}
-		pending := record{App: d.app, Ref: d.res.Ref, Order: i}
-		if err := e.putRecord(ctx, prefix, pending); err != nil {
-			return waiting, err
-		}
-		if _, err := a.Apply(ctx, obj); err != nil {
-			if apply.IsUnreachable(err) {
+		complete := true
+		for _, d := range app.res {
+			i := order
+			order++
+			if r, ok := byID[d.res.Ref.ID()]; ok && r.Hash == d.res.Hash {
+				waiting--
+				e.report(dig, d.app, cluster, d.res.Ref, Applied, "")
+				continue
+			}
+			obj, err := e.opts.Plans.Object(ctx, d.res)
+			if err != nil {
 				return waiting, err
 			}
-			e.report(dig, d.app, cluster, d.res.Ref, Failed, err.Error())
-			failed = err
-			continue
+			pending := record{App: d.app, Ref: d.res.Ref, Order: i}
+			if err := e.putRecord(ctx, prefix, pending); err != nil {
+				return waiting, err
+			}
+			res, err := a.Apply(ctx, obj)
+			if err != nil {
+				e.applies.WithLabelValues("failed").Inc()
+				if apply.IsUnreachable(err) {
+					return waiting, err
+				}
+				e.report(dig, d.app, cluster, d.res.Ref, Failed, err.Error())
+				failed = err
+				complete = false
+				continue
+			}
+			e.applies.WithLabelValues(string(res.Operation)).Inc()
+			pending.Hash = d.res.Hash
+			if err := e.putRecord(ctx, prefix, pending); err != nil {
+				return waiting, err
+			}
+			waiting--
+			e.report(dig, d.app, cluster, d.res.Ref, Applied, "")
 		}
-		pending.Hash = d.res.Hash
-		if err := e.putRecord(ctx, prefix, pending); err != nil {
-			return waiting, err
-		}
-		waiting--
-		e.report(dig, d.app, cluster, d.res.Ref, Applied, "")
+		deployed[app.name] = complete
 	}
 	if failed != nil {
 		return waiting, fmt.Errorf("some resources of %s failed on %s: %w", dig, cluster, failed)
@@ -481,29 +629,128 @@ func (e *Engine) report(dig, app, cluster string, ref plan.Ref, state, msg strin
 }
 
 type plannedResource struct {
-	app string
-	res plan.Resource
+	app  string
+	deps []plan.Dependency
+	res  plan.Resource
 }
 
-// resourcesOn lists, in apply order, what the plan puts on cluster: every app's
-// CRDs first, then each app's resources in plan order.
+// resourcesOn lists what the plan puts on cluster, app by app in dependency
+// order (apps without an order between them by name), each app's CRDs first.
 func resourcesOn(p *plan.Plan, cluster string) []plannedResource {
-	var crds, rest []plannedResource
+	byApp := map[string]plan.AppPlan{}
 	for _, a := range p.Apps {
+		byApp[a.App] = a
+	}
+	var out []plannedResource
+	for _, name := range topoOrder(p.Apps) {
+		a := byApp[name]
+		var crds, rest []plannedResource
 		for _, c := range a.Clusters {
 			if c.Cluster != cluster {
 				continue
 			}
 			for _, r := range c.Resources {
 				if r.Phase == "crd" {
-					crds = append(crds, plannedResource{a.App, r})
+					crds = append(crds, plannedResource{a.App, a.DependsOn, r})
 				} else {
-					rest = append(rest, plannedResource{a.App, r})
+					rest = append(rest, plannedResource{a.App, a.DependsOn, r})
 				}
 			}
 		}
+		out = append(append(out, crds...), rest...)
 	}
-	return append(crds, rest...)
+	return out
+}
+
+// topoOrder sorts apps so that each comes after the apps it depends on (the API
+// refuses cycles; any left are broken by name order).
+func topoOrder(apps []plan.AppPlan) []string {
+	deps := map[string][]string{}
+	var names []string
+	for _, a := range apps {
+		names = append(names, a.App)
+		for _, d := range a.DependsOn {
+			deps[a.App] = append(deps[a.App], d.App)
+		}
+	}
+	sort.Strings(names)
+	state := map[string]int{} // 1 visiting, 2 done
+	var out []string
+	var visit func(string)
+	visit = func(n string) {
+		if state[n] != 0 {
+			return
+		}
+		state[n] = 1
+		for _, d := range deps[n] {
+			visit(d)
+		}
+		state[n] = 2
+		out = append(out, n)
+	}
+	for _, n := range names {
+		visit(n)
+	}
+	known := map[string]bool{}
+	for _, n := range names {
+		known[n] = true
+	}
+	filtered := out[:0]
+	for _, n := range out {
+		if known[n] {
+			filtered = append(filtered, n)
+		}
+	}
+	return filtered
+}
+
+// appOnCluster is one app's resources on one cluster.
+type appOnCluster struct {
+	name string
+	deps []plan.Dependency
+	res  []plannedResource
+}
+
+func appsOn(desired []plannedResource) []appOnCluster {
+	var out []appOnCluster
+	for _, d := range desired {
+		if len(out) == 0 || out[len(out)-1].name != d.app {
+			out = append(out, appOnCluster{name: d.app, deps: d.deps})
+		}
+		out[len(out)-1].res = append(out[len(out)-1].res, d)
+	}
+	return out
+}
+
+// depsMet says whether app may start on cluster: each app it depends on that is
+// placed there has been applied in this pass (Deployed) and, for Ready, is ready
+// there; then its wait has passed. When not, it says when to look again.
+func (e *Engine) depsMet(dig, cluster string, app appOnCluster, deployed map[string]bool) (bool, time.Duration) {
+	const poll = time.Second
+	for _, d := range app.deps {
+		done, placed := deployed[d.App]
+		key := dig + "|" + cluster + "|" + app.name + "|" + d.App
+		if !placed {
+			continue // not on this cluster: nothing to wait for here
+		}
+		met := done && (d.OpStatus != "Ready" || (e.opts.Ready != nil && e.opts.Ready.AppReady(dig, cluster, d.App)))
+		e.mu.Lock()
+		if !met {
+			delete(e.metAt, key)
+			e.mu.Unlock()
+			return false, poll
+		}
+		at, ok := e.metAt[key]
+		if !ok {
+			at = time.Now()
+			e.metAt[key] = at
+		}
+		e.mu.Unlock()
+		if left := time.Duration(d.Wait)*time.Second - time.Since(at); left > 0 {
+			return false, left
+		}
+	}
+	return true, 0
 }
 
 func toApplyRef(r plan.Ref) apply.ObjectRef {

@@ -7,11 +7,14 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/atoll-edge/atoll/internal/api"
 	"github.com/atoll-edge/atoll/internal/cluster"
@@ -37,6 +40,8 @@ type Connectivity interface {
 // Aggregate is the status of every DIG. Create it with New, feed it with
 // Deployed, ClusterWaiting and Observed, and keep its DIG states current with Run.
 type Aggregate struct {
+	cli   *clientv3.Client
+	root  string
 	lc    *lifecycle.Machine
 	plans *plan.Store
 	conn  Connectivity
@@ -68,18 +73,29 @@ type waitState struct {
 	lastError string
 }
 
-// New returns an empty aggregate.
-func New(lc *lifecycle.Machine, plans *plan.Store, conn Connectivity, log *slog.Logger) *Aggregate {
+// New returns an empty aggregate. With cli set, Run also follows the resource
+// sync's applied records under root (the hub's etcd prefix), so that every hub
+// replica, and a hub just restarted, shows what any replica applied.
+func New(cli *clientv3.Client, root string, lc *lifecycle.Machine, plans *plan.Store, conn Connectivity, log *slog.Logger) *Aggregate {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Aggregate{lc: lc, plans: plans, conn: conn, log: log.With("component", "status"),
+	return &Aggregate{cli: cli, root: strings.TrimSuffix(root, "/"), lc: lc, plans: plans, conn: conn, log: log.With("component", "status"),
 		digs: map[string]*digState{}, deployed: map[string]map[string]deployedState{},
 		ready: map[string]map[string]readyState{}, waiting: map[string]waitState{}}
 }
 
-// Run follows the DIG states (and loads their plans) until ctx ends.
+// Run follows the DIG states (and loads their plans), and the applied records,
+// until ctx ends.
 func (a *Aggregate) Run(ctx context.Context) error {
+	if a.cli != nil {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			a.followApplied(ctx)
+		}()
+	}
 	for ctx.Err() == nil {
 		entries, rev, err := a.lc.List(ctx)
 		if err == nil {
@@ -125,6 +141,81 @@ func (a *Aggregate) setState(ctx context.Context, e lifecycle.Entry) {
 	a.digs[e.DIG] = &digState{rec: e.Record, plan: p}
 }
 
+// followApplied lists and watches the resource sync's records: a record with a
+// hash is an Applied resource, one without is being applied, a deleted one was
+// deleted from its cluster.
+func (a *Aggregate) followApplied(ctx context.Context) {
+	prefix := a.root + "/applied/"
+	for ctx.Err() == nil {
+		resp, err := a.cli.Get(ctx, prefix, clientv3.WithPrefix())
+		if err == nil {
+			for _, kv := range resp.Kvs {
+				a.appliedEvent(prefix, kv.Key, kv.Value, false)
+			}
+			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+			for w := range a.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithPrevKV()) {
+				if w.Err() != nil {
+					break
+				}
+				for _, ev := range w.Events {
+					if ev.Type == clientv3.EventTypeDelete {
+						var prev []byte
+						if ev.PrevKv != nil {
+							prev = ev.PrevKv.Value
+						}
+						a.appliedEvent(prefix, ev.Kv.Key, prev, true)
+					} else {
+						a.appliedEvent(prefix, ev.Kv.Key, ev.Kv.Value, false)
+					}
+				}
+			}
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (a *Aggregate) appliedEvent(prefix string, key, value []byte, deleted bool) {
+	parts := strings.Split(strings.TrimPrefix(string(key), prefix), "/")
+	if len(parts) != 9 || value == nil {
+		return
+	}
+	dig, clusterPath := strings.Join(parts[:5], "/"), strings.Join(parts[5:8], "/")
+	var rec struct {
+		App  string   `json:"app"`
+		Ref  plan.Ref `json:"ref"`
+		Hash string   `json:"hash"`
+	}
+	if json.Unmarshal(value, &rec) != nil {
+		return
+	}
+	state := rsync.Applied
+	switch {
+	case deleted:
+		state = rsync.Deleted
+	case rec.Hash == "":
+		state = rsync.Pending
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := a.deployed[dig]
+	if m == nil {
+		m = map[string]deployedState{}
+		a.deployed[dig] = m
+	}
+	k := clusterPath + "|" + rec.Ref.ID()
+	if state == rsync.Pending && m[k].state == rsync.Failed {
+		return // the failure the local sync reported says more
+	}
+	if state == rsync.Applied && m[k].state == rsync.Applied {
+		return
+	}
+	m[k] = deployedState{state: state, at: time.Now().UTC()}
+}
+
 // Deployed records what the resource sync did (rsync.Sink).
 func (a *Aggregate) Deployed(dig, app, clusterPath string, ref plan.Ref, state, message string) {
 	a.mu.Lock()
@@ -168,7 +259,38 @@ func (a *Aggregate) Observed(clusterPath string, ref plan.Ref, instance, kstatus
 	m[ref.ID()] = readyState{state: state, message: message, instance: instance}
 }
 
-var _ rsync.Sink = (*Aggregate)(nil)
+var (
+	_ rsync.Sink      = (*Aggregate)(nil)
+	_ rsync.Readiness = (*Aggregate)(nil)
+)
+
+// AppReady says whether every resource app's plan puts on the cluster is Ready
+// there (rsync.Readiness, for dependencies).
+func (a *Aggregate) AppReady(dig, clusterPath, app string) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	ds := a.digs[dig]
+	if ds == nil || ds.plan == nil {
+		return false
+	}
+	for _, ap := range ds.plan.Apps {
+		if ap.App != app {
+			continue
+		}
+		for _, c := range ap.Clusters {
+			if c.Cluster != clusterPath {
+				continue
+			}
+			for _, r := range c.Resources {
+				rs, ok := a.ready[clusterPath][r.Ref.ID()]
+				if !ok || rs.state != Ready || rs.instance != ds.plan.Instance {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
 
 // GVK is a resource's group, version and kind, as EMCO's status shows it.
 type GVK struct {
@@ -212,6 +334,7 @@ type Answer struct {
 	Name             string          `json:"name"`
 	State            lifecycle.State `json:"status"`
 	Revision         int64           `json:"revision"`
+	Revisions        []int64         `json:"revisions,omitempty"`
 	StateInfo        map[string]any  `json:"states"`
 	DeployedStatus   string          `json:"deployedStatus,omitempty"`
 	ReadyStatus      string          `json:"readyStatus,omitempty"`
@@ -246,6 +369,9 @@ func (a *Aggregate) Status(ctx context.Context, dig store.Key, q api.StatusQuery
 	names := dig.Names
 	ans := &Answer{Project: names[0], CompositeApp: names[1], CompositeVersion: names[2], Name: names[3],
 		State: rec.State, Revision: rec.Revision, StateInfo: map[string]any{"actions": rec.Actions}, Clusters: []ClusterStatus{}}
+	for _, h := range rec.History {
+		ans.Revisions = append(ans.Revisions, h.Revision)
+	}
 	if p == nil {
 		return ans, nil
 	}

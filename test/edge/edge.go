@@ -35,6 +35,10 @@ const (
 	processStartTimeout = 60 * time.Second
 	// processStopTimeout bounds a graceful stop before the process group is killed.
 	processStopTimeout = 20 * time.Second
+	// apiServerStopTimeout is short: an API server with open watches waits for them
+	// up to its request timeout (60 s) before it exits, and Stop stands for an edge
+	// that goes offline, so after this it is killed (see stopLocked).
+	apiServerStopTimeout = 3 * time.Second
 	// readyTimeout bounds the wait for /readyz and, with workloads, for the Node.
 	readyTimeout = 60 * time.Second
 
@@ -260,7 +264,7 @@ func (c *Cluster) start(ctx context.Context) error {
 			Path:         filepath.Join(c.assets, "kube-apiserver"),
 			CertDir:      filepath.Join(c.dir, "certs"),
 			StartTimeout: timeout,
-			StopTimeout:  processStopTimeout,
+			StopTimeout:  apiServerStopTimeout,
 			Out:          apiLog,
 			Err:          apiLog,
 		},
@@ -301,7 +305,14 @@ func (c *Cluster) stopLocked() error {
 	}
 	err := c.stopWorkloads()
 	if stopErr := c.plane.APIServer.Stop(); stopErr != nil {
-		err = errors.Join(err, fmt.Errorf("stopping kube-apiserver: %w", stopErr))
+		// A stop that timed out ends with SIGKILL; it counts as stopped once the
+		// port is free again.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		freeErr := waitPortFree(ctx, c.plane.APIServer.SecureServing.HostPort())
+		cancel()
+		if freeErr != nil {
+			err = errors.Join(err, fmt.Errorf("stopping kube-apiserver: %w", stopErr))
+		}
 	}
 	c.running = false
 	return err
