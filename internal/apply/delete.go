@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/atoll-edge/atoll/internal/errs"
@@ -105,4 +106,25 @@ func (a *Applier) scoped(m *meta.RESTMapping, ref ObjectRef) ObjectRef {
 
 func isNamespace(ref ObjectRef) bool {
 	return ref.GroupVersionKind().GroupKind() == schema.GroupKind{Kind: "Namespace"}
+}
+
+// Get reads the object ref names; an object (or kind) that does not exist gives
+// an errs.NotFound error.
+func (a *Applier) Get(ctx context.Context, ref ObjectRef) (*unstructured.Unstructured, error) {
+	if err := ref.Validate(); err != nil {
+		return nil, fmt.Errorf("get: %w", err)
+	}
+	mapping, err := a.mapping(ctx, ref.GroupVersionKind())
+	if meta.IsNoMatchError(err) {
+		return nil, errs.New(errs.NotFound, "get %s: the cluster does not serve its kind", ref)
+	}
+	if err != nil {
+		return nil, classify("get", ref, err)
+	}
+	ref = a.scoped(mapping, ref)
+	obj, err := a.get(ctx, a.resource(mapping, ref.Namespace), ref.Name)
+	if err != nil {
+		return nil, classify("get", ref, err)
+	}
+	return obj, nil
 }

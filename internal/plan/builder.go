@@ -185,19 +185,32 @@ func (b *Builder) Build(ctx context.Context, dig store.Key, revision int64) (*Pl
 					return nil, err
 				}
 			}
-			pre, post := hooksFor(out.Hooks, "pre-install"), hooksFor(out.Hooks, "post-install")
-			for _, h := range pre {
-				if err := add(h.Object, "hook:pre-install", h.Weight, h.DeletePolicies); err != nil {
-					return nil, err
+			// Each hook object is planned once, under the first of its events in
+			// this order; main resources go between the install hooks.
+			seen := map[string]bool{}
+			hooks := func(event string) error {
+				for _, h := range hooksFor(out.Hooks, event) {
+					id := h.Object.GetAPIVersion() + "/" + h.Object.GetKind() + "/" + h.Object.GetNamespace() + "/" + h.Object.GetName()
+					if seen[id] {
+						continue
+					}
+					seen[id] = true
+					if err := add(h.Object, "hook:"+event, h.Weight, h.DeletePolicies); err != nil {
+						return err
+					}
 				}
+				return nil
+			}
+			if err := hooks("pre-install"); err != nil {
+				return nil, err
 			}
 			for _, r := range out.Resources {
 				if err := add(r.Object, "main", 0, nil); err != nil {
 					return nil, err
 				}
 			}
-			for _, h := range post {
-				if err := add(h.Object, "hook:post-install", h.Weight, h.DeletePolicies); err != nil {
+			for _, ev := range []string{"post-install", "pre-delete", "post-delete"} {
+				if err := hooks(ev); err != nil {
 					return nil, err
 				}
 			}
@@ -344,10 +357,19 @@ func (b *Builder) registry(ctx context.Context, intents map[string][]model.Place
 }
 
 // expandDotted turns EMCO's flat override maps ("image.tag": "1.2") into nested
-// Helm values; nested maps are taken as they are.
+// Helm values; nested maps are taken as they are. Keys are taken in sorted order,
+// so that when two keys set the same path ("image": "x" and "image.tag": "1.2")
+// the more specific one wins, always: in map order the result (and the plan's
+// hashes) would change from one plan to the next.
 func expandDotted(in map[string]any) map[string]any {
+	keys := make([]string, 0, len(in))
+	for k := range in {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
 	out := map[string]any{}
-	for k, v := range in {
+	for _, k := range keys {
+		v := in[k]
 		if m, ok := v.(map[string]any); ok {
 			v = expandDotted(m)
 		}

@@ -29,10 +29,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
 	"github.com/atoll-edge/atoll/internal/apply"
+	"github.com/atoll-edge/atoll/internal/errs"
 	"github.com/atoll-edge/atoll/internal/lifecycle"
 	"github.com/atoll-edge/atoll/internal/model"
 	"github.com/atoll-edge/atoll/internal/plan"
@@ -121,6 +125,10 @@ type record struct {
 	Ref   plan.Ref `json:"ref"`
 	Hash  string   `json:"hash"` // empty while the apply is in flight
 	Order int      `json:"order"`
+	Phase string   `json:"phase,omitempty"`
+	// Done marks a Helm hook that completed (it may have been deleted since, by
+	// its delete policy).
+	Done bool `json:"done,omitempty"`
 }
 
 // New checks opts.
@@ -457,13 +465,23 @@ func (e *Engine) syncDIG(ctx context.Context, dig string, rec lifecycle.Record, 
 	if err != nil {
 		return 0, err
 	}
-	var desired []plannedResource
-	if rec.State == lifecycle.Instantiated && rec.Plan != "" {
+	var planned []plannedResource
+	if (rec.State == lifecycle.Instantiated || rec.State == lifecycle.Terminating) && rec.Plan != "" {
 		p, err := e.opts.Plans.Get(ctx, rec.Plan)
 		if err != nil {
 			return 0, err
 		}
-		desired = resourcesOn(p, cluster)
+		planned = resourcesOn(p, cluster)
+	}
+	// What an install applies, and the delete hooks kept for a terminate.
+	var desired, deleteHooks []plannedResource
+	for _, d := range planned {
+		switch {
+		case isDeleteHook(d.res.Phase):
+			deleteHooks = append(deleteHooks, d)
+		case rec.State == lifecycle.Instantiated:
+			desired = append(desired, d)
+		}
 	}
 	if len(desired) == 0 && len(applied) == 0 {
 		if rec.State == lifecycle.Terminating {
@@ -476,25 +494,38 @@ func (e *Engine) syncDIG(ctx context.Context, dig string, rec lifecycle.Record, 
 		return len(desired) + len(applied), err
 	}
 	prefix := e.clusterPrefix(dig, cluster)
+	byID := map[string]record{}
+	for _, r := range applied {
+		byID[r.Ref.ID()] = r
+	}
 
-	// Delete what is applied but no longer planned, newest first.
+	// Delete what is applied but no longer planned, newest first; on a
+	// terminate the pre-delete hooks run before and the post-delete hooks after.
 	keep := map[string]bool{}
 	for _, d := range desired {
 		keep[d.res.Ref.ID()] = true
 	}
-	var stale []record
+	var stale, hookRecords []record
 	for _, r := range applied {
-		if !keep[r.Ref.ID()] {
+		switch {
+		case isDeleteHook(r.Phase):
+			hookRecords = append(hookRecords, r)
+		case !keep[r.Ref.ID()]:
 			stale = append(stale, r)
 		}
 	}
 	sort.Slice(stale, func(i, j int) bool { return stale[i].Order > stale[j].Order })
 	waiting := len(stale)
+	terminating := rec.State == lifecycle.Terminating
+	if terminating && len(stale) > 0 {
+		done, err := e.runHooks(ctx, a, prefix, dig, cluster, byID, deleteHooks, "hook:pre-delete")
+		if err != nil || !done {
+			return waiting, err
+		}
+	}
 	var failed error
 	for _, r := range stale {
-		ref := toApplyRef(r.Ref)
-		if err := a.Delete(ctx, ref); err != nil {
-			e.deletes.WithLabelValues("failed").Inc()
+		if err := e.deleteOne(ctx, a, prefix, r); err != nil {
 			if apply.IsUnreachable(err) {
 				return waiting, err
 			}
@@ -502,28 +533,32 @@ func (e *Engine) syncDIG(ctx context.Context, dig string, rec lifecycle.Record, 
 			failed = err
 			continue
 		}
-		e.deletes.WithLabelValues("deleted").Inc()
-		if err := a.WaitGone(ctx, ref); err != nil {
-			return waiting, err
-		}
-		if _, err := e.opts.Client.Delete(ctx, recordKey(prefix, r.Ref)); err != nil {
-			return waiting, err
-		}
 		waiting--
 		e.report(dig, r.App, cluster, r.Ref, Deleted, "")
 	}
-	if rec.State == lifecycle.Terminating && failed == nil && waiting == 0 {
+	if terminating && failed == nil && waiting == 0 {
+		done, err := e.runHooks(ctx, a, prefix, dig, cluster, byID, deleteHooks, "hook:post-delete")
+		if err != nil || !done {
+			return len(deleteHooks), err
+		}
+		// The delete hooks are done: remove them too, so nothing is left behind.
+		records, err := e.records(ctx, dig, cluster)
+		if err != nil {
+			return 0, err
+		}
+		for _, r := range append(hookRecords, records...) {
+			if err := e.deleteOne(ctx, a, prefix, r); err != nil {
+				return 1, err
+			}
+		}
 		if err := e.maybeTerminated(ctx, dig); err != nil {
 			return 0, err
 		}
 	}
 
 	// Apply what is planned and not applied with the same hash, app by app in
-	// dependency order, each app's resources in plan order.
-	byID := map[string]record{}
-	for _, r := range applied {
-		byID[r.Ref.ID()] = r
-	}
+	// dependency order, each app's resources in plan order; an install hook
+	// holds back what follows it until it is complete.
 	waiting += len(desired)
 	deployed := map[string]bool{} // apps whose resources are all applied here
 	order := 0
@@ -538,22 +573,29 @@ func (e *Engine) syncDIG(ctx context.Context, dig string, rec lifecycle.Record, 
 		for _, d := range app.res {
 			i := order
 			order++
+			if isHook(d.res.Phase) {
+				done, err := e.runHook(ctx, a, prefix, dig, cluster, byID, d, i)
+				if err != nil {
+					if apply.IsUnreachable(err) {
+						return waiting, err
+					}
+					e.report(dig, d.app, cluster, d.res.Ref, Failed, err.Error())
+					failed = err
+				}
+				if err != nil || !done {
+					complete = false
+					e.queue.AddAfter(cluster, time.Second)
+					break
+				}
+				waiting--
+				continue
+			}
 			if r, ok := byID[d.res.Ref.ID()]; ok && r.Hash == d.res.Hash {
 				waiting--
 				e.report(dig, d.app, cluster, d.res.Ref, Applied, "")
 				continue
 			}
-			obj, err := e.opts.Plans.Object(ctx, d.res)
-			if err != nil {
-				return waiting, err
-			}
-			pending := record{App: d.app, Ref: d.res.Ref, Order: i}
-			if err := e.putRecord(ctx, prefix, pending); err != nil {
-				return waiting, err
-			}
-			res, err := a.Apply(ctx, obj)
-			if err != nil {
-				e.applies.WithLabelValues("failed").Inc()
+			if err := e.applyOne(ctx, a, prefix, d, i); err != nil {
 				if apply.IsUnreachable(err) {
 					return waiting, err
 				}
@@ -561,11 +603,6 @@ func (e *Engine) syncDIG(ctx context.Context, dig string, rec lifecycle.Record, 
 				failed = err
 				complete = false
 				continue
-			}
-			e.applies.WithLabelValues(string(res.Operation)).Inc()
-			pending.Hash = d.res.Hash
-			if err := e.putRecord(ctx, prefix, pending); err != nil {
-				return waiting, err
 			}
 			waiting--
 			e.report(dig, d.app, cluster, d.res.Ref, Applied, "")
@@ -576,6 +613,157 @@ func (e *Engine) syncDIG(ctx context.Context, dig string, rec lifecycle.Record, 
 		return waiting, fmt.Errorf("some resources of %s failed on %s: %w", dig, cluster, failed)
 	}
 	return waiting, nil
+}
+
+func isHook(phase string) bool { return strings.HasPrefix(phase, "hook:") }
+
+func isDeleteHook(phase string) bool {
+	return phase == "hook:pre-delete" || phase == "hook:post-delete"
+}
+
+// applyOne applies one planned resource, with its record written before (no
+// hash: in flight) and after (its hash).
+func (e *Engine) applyOne(ctx context.Context, a *apply.Applier, prefix string, d plannedResource, order int) error {
+	obj, err := e.opts.Plans.Object(ctx, d.res)
+	if err != nil {
+		return err
+	}
+	r := record{App: d.app, Ref: d.res.Ref, Order: order, Phase: d.res.Phase}
+	if err := e.putRecord(ctx, prefix, r); err != nil {
+		return err
+	}
+	res, err := a.Apply(ctx, obj)
+	if err != nil {
+		e.applies.WithLabelValues("failed").Inc()
+		return err
+	}
+	e.applies.WithLabelValues(string(res.Operation)).Inc()
+	r.Hash = d.res.Hash
+	return e.putRecord(ctx, prefix, r)
+}
+
+// deleteOne deletes an applied object, waits until it is gone and drops its record.
+func (e *Engine) deleteOne(ctx context.Context, a *apply.Applier, prefix string, r record) error {
+	ref := toApplyRef(r.Ref)
+	if err := a.Delete(ctx, ref); err != nil {
+		e.deletes.WithLabelValues("failed").Inc()
+		return err
+	}
+	e.deletes.WithLabelValues("deleted").Inc()
+	if err := a.WaitGone(ctx, ref); err != nil {
+		return err
+	}
+	_, err := e.opts.Client.Delete(ctx, recordKey(prefix, r.Ref))
+	return err
+}
+
+// runHooks runs the hooks of one phase in plan order (by weight); done is false
+// while one is not complete yet.
+func (e *Engine) runHooks(ctx context.Context, a *apply.Applier, prefix, dig, cluster string, byID map[string]record, hooks []plannedResource, phase string) (bool, error) {
+	for i, d := range hooks {
+		if d.res.Phase != phase {
+			continue
+		}
+		done, err := e.runHook(ctx, a, prefix, dig, cluster, byID, d, 1<<20+i)
+		if err != nil {
+			if !apply.IsUnreachable(err) {
+				e.report(dig, d.app, cluster, d.res.Ref, Failed, err.Error())
+			}
+			return false, err
+		}
+		if !done {
+			e.queue.AddAfter(cluster, time.Second)
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// runHook applies a Helm hook once and says whether it is complete (kstatus
+// Current: a Job that succeeded). Its delete policies are honoured:
+// before-hook-creation (the default) deletes an earlier copy before applying a
+// changed one, hook-succeeded deletes it once complete.
+func (e *Engine) runHook(ctx context.Context, a *apply.Applier, prefix, dig, cluster string, byID map[string]record, d plannedResource, order int) (bool, error) {
+	r, seen := byID[d.res.Ref.ID()]
+	if seen && r.Hash == d.res.Hash && r.Done {
+		e.report(dig, d.app, cluster, d.res.Ref, Applied, "")
+		return true, nil
+	}
+	policies := d.res.DeletePolicies
+	if !seen || r.Hash != d.res.Hash {
+		if seen && (len(policies) == 0 || hasPolicy(policies, "before-hook-creation")) {
+			if err := e.deleteOne(ctx, a, prefix, r); err != nil {
+				return false, err
+			}
+		}
+		if err := e.applyOne(ctx, a, prefix, d, order); err != nil {
+			return false, err
+		}
+		e.report(dig, d.app, cluster, d.res.Ref, Pending, "hook applied; waiting until it is complete")
+	}
+	obj, err := a.Get(ctx, toApplyRef(d.res.Ref))
+	if err != nil {
+		return false, err
+	}
+	complete, err := hookComplete(obj)
+	if err != nil || !complete {
+		return false, err
+	}
+	done := record{App: d.app, Ref: d.res.Ref, Order: order, Phase: d.res.Phase, Hash: d.res.Hash, Done: true}
+	if err := e.putRecord(ctx, prefix, done); err != nil {
+		return false, err
+	}
+	byID[d.res.Ref.ID()] = done
+	if hasPolicy(policies, "hook-succeeded") {
+		if err := a.Delete(ctx, toApplyRef(d.res.Ref)); err != nil {
+			return false, err
+		}
+	}
+	e.report(dig, d.app, cluster, d.res.Ref, Applied, "")
+	return true, nil
+}
+
+// hookComplete judges a hook as Helm does: a Job when it is Complete, a Pod when
+// it Succeeded (either failing is an error), anything else once kstatus says it
+// is Current.
+func hookComplete(obj *unstructured.Unstructured) (bool, error) {
+	switch obj.GroupVersionKind().GroupKind() {
+	case schema.GroupKind{Group: "batch", Kind: "Job"}:
+		conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["status"] != "True" {
+				continue
+			}
+			switch m["type"] {
+			case "Complete":
+				return true, nil
+			case "Failed":
+				return false, errs.New(errs.Invalid, "hook Job %s failed: %v", obj.GetName(), m["message"])
+			}
+		}
+		return false, nil
+	case schema.GroupKind{Kind: "Pod"}:
+		phase, _, _ := unstructured.NestedString(obj.Object, "status", "phase")
+		if phase == "Failed" {
+			return false, errs.New(errs.Invalid, "hook Pod %s failed", obj.GetName())
+		}
+		return phase == "Succeeded", nil
+	}
+	res, err := kstatus.Compute(obj)
+	if err != nil {
+		return false, nil
+	}
+	return res.Status == kstatus.CurrentStatus, nil
+}
+
+func hasPolicy(policies []string, p string) bool {
+	for _, x := range policies {
+		if x == p {
+			return true
+		}
+	}
+	return false
 }
 
 // maybeTerminated records Terminated once no cluster holds anything of the DIG.

@@ -282,6 +282,9 @@ func (a *Aggregate) AppReady(dig, clusterPath, app string) bool {
 				continue
 			}
 			for _, r := range c.Resources {
+				if strings.HasPrefix(r.Phase, "hook:") {
+					continue // hooks run to completion and may be deleted after
+				}
 				rs, ok := a.ready[clusterPath][r.Ref.ID()]
 				if !ok || rs.state != Ready || rs.instance != ds.plan.Instance {
 					return false

@@ -330,3 +330,82 @@ func TestRenderFailure(t *testing.T) {
 		t.Fatalf("objects were applied although the instantiate failed: %d configmaps, %d deployments", len(cms.Items), len(deps.Items))
 	}
 }
+
+// TestHooks deploys a chart with Helm hooks: the pre-install Job runs (and is
+// complete) before the app's ConfigMap is applied, hooks with hook-succeeded
+// are deleted once complete, and a terminate leaves nothing behind.
+func TestHooks(t *testing.T) {
+	ctx := context.Background()
+	clusters := edge.Start(t, 1, edge.Options{Workloads: true})
+	hub := startHubProcess(t, t.TempDir(), freeAddr(t))
+	c := client.New(hub.url)
+	must(t, "provider", c.CreateClusterProvider(ctx, "cp"))
+	must(t, "register", c.RegisterCluster(ctx, "cp", "only", clusters[0].Kubeconfig(), "edge"))
+	waitStatus(t, c, "cp", "only", 30*time.Second, "reachable", reachable)
+	must(t, "project", c.CreateProject(ctx, "p"))
+	ca := "/v2/projects/p/composite-apps/hooked/v1"
+	must(t, "composite app", c.Do(ctx, "POST", "/v2/projects/p/composite-apps", obj("hooked", map[string]any{"compositeAppVersion": "v1"}), nil))
+	must(t, "app", c.Multipart(ctx, "POST", ca+"/apps", obj("db", nil), tgz(t, filepath.Join(chartDir, "hooks"), "hooks"), nil))
+	must(t, "composite profile", c.Do(ctx, "POST", ca+"/composite-profiles", obj("none", nil), nil))
+	dig := ca + "/deployment-intent-groups/d"
+	must(t, "dig", c.Do(ctx, "POST", ca+"/deployment-intent-groups", obj("d", map[string]any{"compositeProfile": "none", "version": "1"}), nil))
+	must(t, "gpi", c.Do(ctx, "POST", dig+"/generic-placement-intents", obj("g", nil), nil))
+	must(t, "intent", c.Do(ctx, "POST", dig+"/generic-placement-intents/g/app-intents", obj("db", map[string]any{
+		"app": "db", "intent": map[string]any{"allOf": []map[string]any{{"clusterProvider": "cp", "cluster": "only"}}},
+	}), nil))
+	must(t, "dig intent", c.Do(ctx, "POST", dig+"/intents", obj("i", map[string]any{"intent": map[string]any{"genericPlacementIntent": "g"}}), nil))
+	must(t, "approve", c.Do(ctx, "POST", dig+"/approve", nil, nil))
+	must(t, "instantiate", c.Do(ctx, "POST", dig+"/instantiate", nil, nil))
+
+	kube := kubernetes.NewForConfigOrDie(clusters[0].RESTConfig())
+	// Watch, by polling both, for the pre-install Job's completion and the app's
+	// ConfigMap; the Job must have completed first.
+	deadline := time.Now().Add(90 * time.Second)
+	var jobDone, appCreated time.Time
+	for time.Now().Before(deadline) && appCreated.IsZero() {
+		if job, err := kube.BatchV1().Jobs("default").Get(ctx, "db-migrate", metav1.GetOptions{}); err == nil && job.Status.CompletionTime != nil {
+			jobDone = job.Status.CompletionTime.Time
+		}
+		if cm, err := kube.CoreV1().ConfigMaps("default").Get(ctx, "db-app", metav1.GetOptions{}); err == nil {
+			appCreated = cm.CreationTimestamp.Time
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if appCreated.IsZero() {
+		var st digStatus
+		_ = c.Do(ctx, "GET", dig+"/status?status=deployed&output=detail", nil, &st)
+		t.Fatalf("the app's ConfigMap never appeared; status %+v", st)
+	}
+	if jobDone.IsZero() || jobDone.After(appCreated) {
+		t.Errorf("pre-install Job completed at %v, the app's ConfigMap created at %v: want the hook complete first", jobDone, appCreated)
+	}
+	// The pre-install Job completed before the app's ConfigMap was created, and
+	// was then deleted (hook-succeeded); the hook ConfigMap without that policy stays.
+	if _, err := kube.CoreV1().ConfigMaps("default").Get(ctx, "db-pre-config", metav1.GetOptions{}); err != nil {
+		t.Errorf("pre-install ConfigMap hook: %v", err)
+	}
+	waitGone := func(what string, get func() error) {
+		t.Helper()
+		for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+			if apierrors.IsNotFound(get()) {
+				return
+			}
+		}
+		t.Errorf("%s was not deleted", what)
+	}
+	waitGone("the pre-install Job (hook-succeeded)", func() error {
+		_, err := kube.BatchV1().Jobs("default").Get(ctx, "db-migrate", metav1.GetOptions{})
+		return err
+	})
+	waitGone("the post-install Job (hook-succeeded)", func() error {
+		_, err := kube.BatchV1().Jobs("default").Get(ctx, "db-notify", metav1.GetOptions{})
+		return err
+	})
+	must(t, "terminate", c.Do(ctx, "POST", dig+"/terminate", nil, nil))
+	waitDIG(t, c, dig, "status=deployed", "terminated", func(s digStatus) bool { return s.Status == "Terminated" })
+	cms, err := kube.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{LabelSelector: "atoll.dev/dig=d"})
+	must(t, "list", err)
+	if len(cms.Items) != 0 {
+		t.Errorf("%d ConfigMaps of the DIG left after terminate", len(cms.Items))
+	}
+}

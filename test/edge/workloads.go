@@ -27,6 +27,7 @@ var kubeControllers = []string{
 	"node-lifecycle-controller",
 	"namespace-controller",         // finishes Namespace deletion
 	"garbage-collector-controller", // deleting a Deployment removes its ReplicaSets and Pods
+	"job-controller",               // Jobs (Helm hooks) complete once kwok completes their Pods
 }
 
 // nodeResources is the fake Node's capacity and allocatable.
