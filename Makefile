@@ -4,7 +4,7 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 TEST_TIMEOUT ?= 40m
 
-.PHONY: all build run test unit lint testbin clean
+.PHONY: all build run test unit lint testbin generate clean
 
 all: lint build test
 
@@ -22,14 +22,19 @@ testbin:
 
 ## test: every test, unit and end-to-end, against real etcd and real API servers
 test:
-	@assets=$$(hack/testbin.sh) && export KUBEBUILDER_ASSETS="$$assets" && \
+	@hack/test-deps.sh && assets=$$(hack/testbin.sh) && export KUBEBUILDER_ASSETS="$$assets" && \
 	echo "KUBEBUILDER_ASSETS=$$assets" && \
 	$(GO) vet ./... && \
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-## unit: the tests that need no API server binaries
+## unit: the tests of internal/ only (faster; builds the test binaries when missing)
 unit:
+	@assets=$$(hack/testbin.sh) && export KUBEBUILDER_ASSETS="$$assets" && \
 	$(GO) test -count=1 ./internal/...
+
+## generate: the BPA CRDs (config/crd) and their deepcopy code, with controller-gen
+generate:
+	hack/controller-gen.sh
 
 ## lint: gofmt and go vet
 lint:

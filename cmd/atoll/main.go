@@ -29,6 +29,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.AddCommand(newBPA())
 	root.AddCommand(newServe(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",

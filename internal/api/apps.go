@@ -291,6 +291,10 @@ func (s *Server) createCompositeApp(w http.ResponseWriter, r *http.Request) erro
 	if err := model.ValidateMetadata("composite app", &ca.Metadata); err != nil {
 		return err
 	}
+	if ca.Spec.Version == "" {
+		// ValidateName's message would say to set metadata.name.
+		return errs.New(errs.Invalid, "spec.compositeAppVersion is empty; name the version, for example v1")
+	}
 	if err := model.ValidateName("composite app version", ca.Spec.Version); err != nil {
 		return errs.New(errs.Invalid, "spec.compositeAppVersion: %s", err.Error())
 	}
@@ -433,6 +437,30 @@ func (s *Server) storeProfile(ctx context.Context, file []byte) (model.ChartRef,
 	return model.ChartRef{Digest: info.Digest, Size: info.Size}, nil
 }
 
+// canCreate checks, before an upload is kept in the blob store, what the store's
+// Create checks again: key's parent and refs exist and key does not, so that a
+// refused upload leaves no blob behind.
+func (s *Server) canCreate(ctx context.Context, key store.Key, refs ...store.Key) error {
+	if parent, ok := key.Parent(); ok {
+		if _, err := s.opts.Store.Get(ctx, parent, nil); err != nil {
+			return err
+		}
+	}
+	if _, err := s.opts.Store.Get(ctx, key, nil); err == nil {
+		return errs.New(errs.Exists, "%s already exists", key)
+	} else if errs.KindOf(err) != errs.NotFound {
+		return err
+	}
+	for _, ref := range refs {
+		if _, err := s.opts.Store.Get(ctx, ref, nil); errs.KindOf(err) == errs.NotFound {
+			return errs.New(errs.Invalid, "%s refers to %s, which does not exist", key, ref)
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (s *Server) createApp(w http.ResponseWriter, r *http.Request) error {
 	parents, err := names(r, caParams)
 	if err != nil {
@@ -450,8 +478,8 @@ func (s *Server) createApp(w http.ResponseWriter, r *http.Request) error {
 		return errs.New(errs.Invalid, "app %q has no chart: add the Helm chart archive as the \"file\" part", app.Metadata.Name)
 	}
 	key := store.K(model.Apps, append(parents, app.Metadata.Name)...)
-	if _, err := s.opts.Store.Get(r.Context(), key, nil); err == nil {
-		return errs.New(errs.Exists, "%s already exists", key)
+	if err := s.canCreate(r.Context(), key); err != nil {
+		return err
 	}
 	ref, err := s.storeChart(r.Context(), file)
 	if err != nil {
@@ -592,8 +620,8 @@ func (s *Server) createProfile(w http.ResponseWriter, r *http.Request) error {
 	}
 	key := store.K(model.Profiles, append(parents, p.Metadata.Name)...)
 	appRef := store.K(model.Apps, append(append([]string(nil), parents[:3]...), p.Spec.App)...)
-	if _, err := s.opts.Store.Get(r.Context(), key, nil); err == nil {
-		return errs.New(errs.Exists, "%s already exists", key)
+	if err := s.canCreate(r.Context(), key, appRef); err != nil {
+		return err
 	}
 	ref, err := s.storeProfile(r.Context(), file)
 	if err != nil {

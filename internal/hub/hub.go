@@ -45,6 +45,7 @@ import (
 	"github.com/atoll-edge/atoll/internal/secret"
 	"github.com/atoll-edge/atoll/internal/status"
 	"github.com/atoll-edge/atoll/internal/store"
+	"github.com/atoll-edge/atoll/internal/ztp"
 )
 
 // Config is everything `atoll serve` can be told.
@@ -155,6 +156,8 @@ type Hub struct {
 	Blobs    *blob.Store
 	Registry *registry.Registry
 	Clusters *cluster.Manager
+	// ZTP drives the BPA operators of sites and registers the clusters they make.
+	ZTP *ztp.Controller
 	// The data path: plans, DIG lifecycles, resource sync and status.
 	Plans     *plan.Store
 	Lifecycle *lifecycle.Machine
@@ -224,6 +227,10 @@ func Start(ctx context.Context, cfg Config) (h *Hub, err error) {
 	if err != nil {
 		return nil, err
 	}
+	h.ZTP, err = ztp.New(ztp.Options{Store: h.Store, Registry: h.Registry, Sites: h.Clusters, Logger: log})
+	if err != nil {
+		return nil, err
+	}
 
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -241,7 +248,7 @@ func Start(ctx context.Context, cfg Config) (h *Hub, err error) {
 
 	apiServer, err := api.New(api.Options{Store: h.Store, Registry: h.Registry, Clusters: h.Clusters,
 		Ready: h.checkStore, Logger: log, Metrics: metrics,
-		Blobs: h.Blobs, Lifecycle: h.Lifecycle, Status: h.Status})
+		Blobs: h.Blobs, Lifecycle: h.Lifecycle, Status: h.Status, Extra: h.ZTP.Routes()})
 	if err != nil {
 		return nil, err
 	}
@@ -258,8 +265,8 @@ func Start(ctx context.Context, cfg Config) (h *Hub, err error) {
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
-	h.wg.Add(6)
-	for _, run := range []func(context.Context) error{h.Sync.Run, h.Status.Run, h.Readiness.Run} {
+	h.wg.Add(7)
+	for _, run := range []func(context.Context) error{h.Sync.Run, h.Status.Run, h.Readiness.Run, h.ZTP.Run} {
 		go func() {
 			defer h.wg.Done()
 			if err := run(runCtx); err != nil && runCtx.Err() == nil {
