@@ -524,18 +524,7 @@ func appKey(r *http.Request) (store.Key, error) {
 }
 
 func (s *Server) getApp(w http.ResponseWriter, r *http.Request) error {
-	k, err := appKey(r)
-	if err != nil {
-		return err
-	}
-	var rec model.AppRecord
-	rev, err := s.opts.Store.Get(r.Context(), k, &rec)
-	if err != nil {
-		return err
-	}
-	setETag(w, rev)
-	writeJSON(w, http.StatusOK, rec.App)
-	return nil
+	return getView(s.opts.Store, w, r, appKey, func(rec *model.AppRecord) any { return rec.App })
 }
 
 func (s *Server) updateApp(w http.ResponseWriter, r *http.Request) error {
@@ -582,19 +571,7 @@ func (s *Server) updateApp(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteApp(w http.ResponseWriter, r *http.Request) error {
-	k, err := appKey(r)
-	if err != nil {
-		return err
-	}
-	rev, err := ifMatch(r)
-	if err != nil {
-		return err
-	}
-	if err := s.opts.Store.Delete(r.Context(), k, rev); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return deleteAt(s.opts.Store, w, r, appKey)
 }
 
 var profileParams = append(append([]param(nil), caParams...), pCompositeProfile)
@@ -666,18 +643,7 @@ func profileKey(r *http.Request) (store.Key, error) {
 }
 
 func (s *Server) getProfile(w http.ResponseWriter, r *http.Request) error {
-	k, err := profileKey(r)
-	if err != nil {
-		return err
-	}
-	var rec model.ProfileRecord
-	rev, err := s.opts.Store.Get(r.Context(), k, &rec)
-	if err != nil {
-		return err
-	}
-	setETag(w, rev)
-	writeJSON(w, http.StatusOK, rec.Profile)
-	return nil
+	return getView(s.opts.Store, w, r, profileKey, func(rec *model.ProfileRecord) any { return rec.Profile })
 }
 
 func (s *Server) updateProfile(w http.ResponseWriter, r *http.Request) error {
@@ -728,19 +694,7 @@ func (s *Server) updateProfile(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteProfile(w http.ResponseWriter, r *http.Request) error {
-	k, err := profileKey(r)
-	if err != nil {
-		return err
-	}
-	rev, err := ifMatch(r)
-	if err != nil {
-		return err
-	}
-	if err := s.opts.Store.Delete(r.Context(), k, rev); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return deleteAt(s.opts.Store, w, r, profileKey)
 }
 
 func digKey(r *http.Request) (store.Key, error) {

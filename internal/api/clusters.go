@@ -148,18 +148,7 @@ func clusterKey(r *http.Request) (store.Key, error) {
 }
 
 func (s *Server) getCluster(w http.ResponseWriter, r *http.Request) error {
-	k, err := clusterKey(r)
-	if err != nil {
-		return err
-	}
-	var rec model.ClusterRecord
-	rev, err := s.opts.Store.Get(r.Context(), k, &rec)
-	if err != nil {
-		return err
-	}
-	setETag(w, rev)
-	writeJSON(w, http.StatusOK, rec.Cluster)
-	return nil
+	return getView(s.opts.Store, w, r, clusterKey, func(rec *model.ClusterRecord) any { return rec.Cluster })
 }
 
 func (s *Server) updateCluster(w http.ResponseWriter, r *http.Request) error {
@@ -191,19 +180,7 @@ func (s *Server) updateCluster(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteCluster(w http.ResponseWriter, r *http.Request) error {
-	k, err := clusterKey(r)
-	if err != nil {
-		return err
-	}
-	rev, err := ifMatch(r)
-	if err != nil {
-		return err
-	}
-	if err := s.opts.Store.Delete(r.Context(), k, rev); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return deleteAt(s.opts.Store, w, r, clusterKey)
 }
 
 func (s *Server) clusterStatus(w http.ResponseWriter, r *http.Request) error {
@@ -286,18 +263,7 @@ func (s *Server) listLabels(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) getLabel(w http.ResponseWriter, r *http.Request) error {
-	k, err := labelKey(r)
-	if err != nil {
-		return err
-	}
-	var l model.ClusterLabel
-	rev, err := s.opts.Store.Get(r.Context(), k, &l)
-	if err != nil {
-		return err
-	}
-	setETag(w, rev)
-	writeJSON(w, http.StatusOK, l)
-	return nil
+	return getView(s.opts.Store, w, r, labelKey, func(l *model.ClusterLabel) any { return l })
 }
 
 func (s *Server) updateLabel(w http.ResponseWriter, r *http.Request) error {
@@ -326,17 +292,5 @@ func (s *Server) updateLabel(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteLabel(w http.ResponseWriter, r *http.Request) error {
-	k, err := labelKey(r)
-	if err != nil {
-		return err
-	}
-	rev, err := ifMatch(r)
-	if err != nil {
-		return err
-	}
-	if err := s.opts.Store.Delete(r.Context(), k, rev); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return deleteAt(s.opts.Store, w, r, labelKey)
 }

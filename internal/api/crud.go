@@ -243,3 +243,38 @@ func sameName(m *model.Metadata, name, what string) error {
 	}
 	return nil
 }
+
+// getView answers GET of the stored record at the path's key, as view shows it
+// (a stored record may hold more than the API shows: a sealed kubeconfig, a chart
+// digest), with the record's revision as ETag.
+func getView[R any](st *store.Store, w http.ResponseWriter, r *http.Request, key func(*http.Request) (store.Key, error), view func(*R) any) error {
+	k, err := key(r)
+	if err != nil {
+		return err
+	}
+	rec := new(R)
+	rev, err := st.Get(r.Context(), k, rec)
+	if err != nil {
+		return err
+	}
+	setETag(w, rev)
+	writeJSON(w, http.StatusOK, view(rec))
+	return nil
+}
+
+// deleteAt answers DELETE of the object at the path's key (If-Match: its ETag).
+func deleteAt(st *store.Store, w http.ResponseWriter, r *http.Request, key func(*http.Request) (store.Key, error)) error {
+	k, err := key(r)
+	if err != nil {
+		return err
+	}
+	rev, err := ifMatch(r)
+	if err != nil {
+		return err
+	}
+	if err := st.Delete(r.Context(), k, rev); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

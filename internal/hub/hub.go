@@ -235,7 +235,9 @@ func Start(ctx context.Context, cfg Config) (h *Hub, err error) {
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	h.Plans = plan.NewStore(h.Blobs)
+	// Plans and rendered objects are blobs too, but not uploads: --max-blob-bytes
+	// does not bound them.
+	h.Plans = plan.NewStore(blob.New(h.cli, blob.Options{Root: cfg.EtcdPrefix, MaxSize: 1 << 30}))
 	builder := &plan.Builder{Store: h.Store, Blobs: h.Blobs, Plans: h.Plans, Renderer: render.New(512), Clusters: h.Clusters}
 	h.Lifecycle = lifecycle.New(h.cli, h.Store, cfg.EtcdPrefix, builder)
 	h.Status = status.New(h.cli, cfg.EtcdPrefix, h.Lifecycle, h.Plans, h.Clusters, log)

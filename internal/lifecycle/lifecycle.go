@@ -144,6 +144,28 @@ func (m *Machine) transition(ctx context.Context, dig store.Key, rev int64, next
 	return resp.Header.Revision, nil
 }
 
+// current reads the state of a DIG that must exist.
+func (m *Machine) current(ctx context.Context, dig store.Key) (Record, int64, error) {
+	if _, err := m.store.Get(ctx, dig, nil); err != nil {
+		return Record{}, 0, err
+	}
+	return m.Get(ctx, dig)
+}
+
+// deploy records digest as the DIG's new plan revision, Instantiated; note
+// says how it came (a rollback).
+func (m *Machine) deploy(ctx context.Context, dig store.Key, rev int64, rec Record, digest, note string) (Record, error) {
+	rec.Revision++
+	next := m.next(rec, Instantiated)
+	next.StoppedFrom = ""
+	next.addPlan(digest, m.now())
+	next.Actions[len(next.Actions)-1].Instance = note
+	if _, err := m.transition(ctx, dig, rev, next); err != nil {
+		return Record{}, err
+	}
+	return next, nil
+}
+
 func (m *Machine) next(rec Record, s State) Record {
 	out := rec
 	out.State = s
@@ -156,10 +178,7 @@ func (m *Machine) next(rec Record, s State) Record {
 
 // Approve moves a Created (or Terminated) DIG to Approved.
 func (m *Machine) Approve(ctx context.Context, dig store.Key) (Record, error) {
-	if _, err := m.store.Get(ctx, dig, nil); err != nil {
-		return Record{}, err
-	}
-	rec, rev, err := m.Get(ctx, dig)
+	rec, rev, err := m.current(ctx, dig)
 	if err != nil {
 		return Record{}, err
 	}
@@ -183,10 +202,7 @@ func (m *Machine) Approve(ctx context.Context, dig store.Key) (Record, error) {
 // cannot be made (a chart that fails to render, a placement that matches nothing)
 // fails the call and changes nothing.
 func (m *Machine) Instantiate(ctx context.Context, dig store.Key) (Record, error) {
-	if _, err := m.store.Get(ctx, dig, nil); err != nil {
-		return Record{}, err
-	}
-	rec, rev, err := m.Get(ctx, dig)
+	rec, rev, err := m.current(ctx, dig)
 	if err != nil {
 		return Record{}, err
 	}
@@ -203,13 +219,7 @@ func (m *Machine) Instantiate(ctx context.Context, dig store.Key) (Record, error
 	if err != nil {
 		return Record{}, err
 	}
-	rec.Revision++
-	next := m.next(rec, Instantiated)
-	next.addPlan(digest, m.now())
-	if _, err := m.transition(ctx, dig, rev, next); err != nil {
-		return Record{}, err
-	}
-	return next, nil
+	return m.deploy(ctx, dig, rev, rec, digest, "")
 }
 
 // Update plans a changed DIG (its version, override values, placement) again
@@ -217,10 +227,7 @@ func (m *Machine) Instantiate(ctx context.Context, dig store.Key) (Record, error
 // applied, removed ones (and those of removed clusters) deleted, unchanged ones
 // left alone. It works on an Instantiated or Stopped DIG.
 func (m *Machine) Update(ctx context.Context, dig store.Key) (Record, error) {
-	if _, err := m.store.Get(ctx, dig, nil); err != nil {
-		return Record{}, err
-	}
-	rec, rev, err := m.Get(ctx, dig)
+	rec, rev, err := m.current(ctx, dig)
 	if err != nil {
 		return Record{}, err
 	}
@@ -231,22 +238,12 @@ func (m *Machine) Update(ctx context.Context, dig store.Key) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	rec.Revision++
-	next := m.next(rec, Instantiated)
-	next.StoppedFrom = ""
-	next.addPlan(digest, m.now())
-	if _, err := m.transition(ctx, dig, rev, next); err != nil {
-		return Record{}, err
-	}
-	return next, nil
+	return m.deploy(ctx, dig, rev, rec, digest, "")
 }
 
 // Rollback deploys the plan of an earlier revision again, as a new revision.
 func (m *Machine) Rollback(ctx context.Context, dig store.Key, revision int64) (Record, error) {
-	if _, err := m.store.Get(ctx, dig, nil); err != nil {
-		return Record{}, err
-	}
-	rec, rev, err := m.Get(ctx, dig)
+	rec, rev, err := m.current(ctx, dig)
 	if err != nil {
 		return Record{}, err
 	}
@@ -264,25 +261,14 @@ func (m *Machine) Rollback(ctx context.Context, dig store.Key, revision int64) (
 	if target == "" {
 		return Record{}, errs.New(errs.Invalid, "%s has no revision %d to roll back to; it has revisions %s", dig, revision, strings.Join(known, ", "))
 	}
-	rec.Revision++
-	next := m.next(rec, Instantiated)
-	next.StoppedFrom = ""
-	next.addPlan(target, m.now())
-	next.Actions[len(next.Actions)-1].Instance = fmt.Sprintf("rollback to revision %d", revision)
-	if _, err := m.transition(ctx, dig, rev, next); err != nil {
-		return Record{}, err
-	}
-	return next, nil
+	return m.deploy(ctx, dig, rev, rec, target, fmt.Sprintf("rollback to revision %d", revision))
 }
 
 // Stop cancels the work still waiting for an Instantiated or Terminating DIG:
 // the resource sync leaves its clusters as they are. A stopped DIG can be
 // terminated (or updated) afterwards.
 func (m *Machine) Stop(ctx context.Context, dig store.Key) (Record, error) {
-	if _, err := m.store.Get(ctx, dig, nil); err != nil {
-		return Record{}, err
-	}
-	rec, rev, err := m.Get(ctx, dig)
+	rec, rev, err := m.current(ctx, dig)
 	if err != nil {
 		return Record{}, err
 	}
@@ -298,10 +284,7 @@ func (m *Machine) Stop(ctx context.Context, dig store.Key) (Record, error) {
 // Terminate moves an Instantiated DIG to Terminating; the resource sync deletes
 // what the plan applied and then calls Terminated.
 func (m *Machine) Terminate(ctx context.Context, dig store.Key) (Record, error) {
-	if _, err := m.store.Get(ctx, dig, nil); err != nil {
-		return Record{}, err
-	}
-	rec, rev, err := m.Get(ctx, dig)
+	rec, rev, err := m.current(ctx, dig)
 	if err != nil {
 		return Record{}, err
 	}

@@ -447,7 +447,10 @@ func (a *Aggregate) Status(ctx context.Context, dig store.Key, q api.StatusQuery
 			}
 			as.Clusters = append(as.Clusters, cs)
 		}
-		if q.Output != "summary" {
+		if q.Output != "summary" && (len(as.Clusters) > 0 || len(q.Clusters) == 0) {
+			if as.Clusters == nil {
+				as.Clusters = []ClusterStatus{}
+			}
 			ans.Apps = append(ans.Apps, as)
 		}
 	}

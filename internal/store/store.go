@@ -284,7 +284,11 @@ func (s *Store) blockers(ctx context.Context, k Key, children []*Kind) error {
 				users = append(users, src.String())
 			}
 		}
-		return errs.New(errs.Conflict, "%s is used by %s; remove those references first", k, strings.Join(users, ", "))
+		more := ""
+		if resp.Count > int64(len(resp.Kvs)) {
+			more = fmt.Sprintf(" and %d more", resp.Count-int64(len(resp.Kvs)))
+		}
+		return errs.New(errs.Conflict, "%s is used by %s%s; remove those references first", k, strings.Join(users, ", "), more)
 	}
 	return nil
 }

@@ -7,10 +7,9 @@ package bpatest
 
 import (
 	"context"
-	"errors"
+	_ "embed"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -32,9 +31,12 @@ import (
 	"github.com/atoll-edge/atoll/internal/bpa/operator"
 )
 
-// Metal3CRDPath is where the metal3 BareMetalHost CRD is kept, relative to the
-// repository's parent folder (the shared test data beside the repository).
-const Metal3CRDPath = "shared/testdata/crds/metal3.io_baremetalhosts.yaml"
+// metal3CRDYAML is metal3's BareMetalHost CRD, a copy of the project's shared test
+// data (shared/testdata/crds), kept in the repository so that the tests need
+// nothing beside it.
+//
+//go:embed testdata/metal3.io_baremetalhosts.yaml
+var metal3CRDYAML []byte
 
 // InstallCRDs installs the BPA CRDs and the metal3 BareMetalHost CRD into the API
 // server at cfg and waits until they are served.
@@ -56,30 +58,11 @@ func InstallCRDs(cfg *rest.Config) error {
 	return nil
 }
 
-// metal3CRD reads the metal3 CRD from the shared test data beside the repository.
+// metal3CRD decodes the metal3 CRD.
 func metal3CRD() (*apiextensionsv1.CustomResourceDefinition, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return nil, err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return nil, errors.New("bpatest: no go.mod above the working directory")
-		}
-		dir = parent
-	}
-	path := filepath.Join(filepath.Dir(dir), Metal3CRDPath)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("bpatest: the metal3 CRD (the shared test data beside the repository): %w", err)
-	}
 	out := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.Unmarshal(data, out); err != nil {
-		return nil, fmt.Errorf("bpatest: decode %s: %w", path, err)
+	if err := yaml.Unmarshal(metal3CRDYAML, out); err != nil {
+		return nil, fmt.Errorf("bpatest: decode the metal3 CRD: %w", err)
 	}
 	return out, nil
 }
