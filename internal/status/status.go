@@ -61,7 +61,10 @@ type digState struct {
 
 type deployedState struct {
 	state, message string
-	at             time.Time
+	// hash is the content hash the resource was applied with, from the applied
+	// records; a plan that wants another hash sees the resource as Pending.
+	hash string
+	at   time.Time
 }
 
 type readyState struct {
@@ -133,11 +136,8 @@ func (a *Aggregate) setState(ctx context.Context, e lifecycle.Entry) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	old := a.digs[e.DIG]
-	if old != nil && old.rec.Plan != e.Record.Plan && e.Record.State == lifecycle.Instantiated {
-		// A new plan: its resources are Pending until the sync says otherwise.
-		delete(a.deployed, e.DIG)
-	}
+	// A new plan needs no reset: a resource whose applied hash differs from the
+	// plan's shows as Pending until the sync applies it.
 	a.digs[e.DIG] = &digState{rec: e.Record, plan: p}
 }
 
@@ -210,10 +210,10 @@ func (a *Aggregate) appliedEvent(prefix string, key, value []byte, deleted bool)
 	if state == rsync.Pending && m[k].state == rsync.Failed {
 		return // the failure the local sync reported says more
 	}
-	if state == rsync.Applied && m[k].state == rsync.Applied {
+	if state == rsync.Applied && m[k].state == rsync.Applied && m[k].hash == rec.Hash {
 		return
 	}
-	m[k] = deployedState{state: state, at: time.Now().UTC()}
+	m[k] = deployedState{state: state, hash: rec.Hash, at: time.Now().UTC()}
 }
 
 // Deployed records what the resource sync did (rsync.Sink).
@@ -225,7 +225,8 @@ func (a *Aggregate) Deployed(dig, app, clusterPath string, ref plan.Ref, state, 
 		m = map[string]deployedState{}
 		a.deployed[dig] = m
 	}
-	m[clusterPath+"|"+ref.ID()] = deployedState{state: state, message: message, at: time.Now().UTC()}
+	k := clusterPath + "|" + ref.ID()
+	m[k] = deployedState{state: state, message: message, hash: m[k].hash, at: time.Now().UTC()}
 }
 
 // ClusterWaiting records how much work waits for a cluster (rsync.Sink).
@@ -391,6 +392,10 @@ func (a *Aggregate) Status(ctx context.Context, dig store.Key, q api.StatusQuery
 		return false
 	}
 
+	var planAt time.Time // when the current plan was recorded
+	if n := len(rec.History); n > 0 {
+		planAt = rec.History[n-1].Time
+	}
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	deployed := a.deployed[dig.Path()]
@@ -419,7 +424,10 @@ func (a *Aggregate) Status(ctx context.Context, dig store.Key, q api.StatusQuery
 				}
 				d := deployed[c.Cluster+"|"+r.Ref.ID()]
 				dstate := d.state
-				if dstate == "" {
+				switch {
+				case dstate == "",
+					dstate == rsync.Applied && d.hash != "" && d.hash != r.Hash, // applied as an older revision had it
+					dstate == rsync.Deleted && rec.State == lifecycle.Instantiated && d.at.Before(planAt): // by an earlier terminate
 					dstate = rsync.Pending
 				}
 				rstate := NotPresent
