@@ -426,7 +426,7 @@ func (a *Aggregate) Status(ctx context.Context, dig store.Key, q api.StatusQuery
 				dstate := d.state
 				switch {
 				case dstate == "",
-					dstate == rsync.Applied && d.hash != "" && d.hash != r.Hash, // applied as an older revision had it
+					dstate == rsync.Applied && d.hash != "" && d.hash != r.Hash,                           // applied as an older revision had it
 					dstate == rsync.Deleted && rec.State == lifecycle.Instantiated && d.at.Before(planAt): // by an earlier terminate
 					dstate = rsync.Pending
 				}
