@@ -21,7 +21,7 @@ type Lifecycle interface {
 	Stop(ctx context.Context, dig store.Key) (lifecycle.Record, error)
 	Update(ctx context.Context, dig store.Key) (lifecycle.Record, error)
 	Rollback(ctx context.Context, dig store.Key, revision int64) (lifecycle.Record, error)
-	CanDelete(ctx context.Context, dig store.Key) error
+	DeleteGuard(ctx context.Context, dig store.Key) (store.Guard, error)
 	Forget(ctx context.Context, dig store.Key) error
 }
 
@@ -109,7 +109,7 @@ func (s *Server) appRoutes() []Route {
 	rs = append(rs, crud[model.DeploymentIntentGroup, *model.DeploymentIntentGroup]{st: st, kind: model.DIGs, base: digsPath,
 		parents: caParams, own: pDIG, schema: "DeploymentIntentGroup",
 		validate: validateDIG, refs: digRefs,
-		beforeDelete: s.opts.Lifecycle.CanDelete, afterDelete: s.opts.Lifecycle.Forget,
+		guard: s.opts.Lifecycle.DeleteGuard, afterDelete: s.opts.Lifecycle.Forget,
 	}.routes(dtag)...)
 	rs = append(rs, crud[model.GenericPlacementIntent, *model.GenericPlacementIntent]{st: st, kind: model.GenericPlacementIntents, base: gpisPath,
 		parents: append(caParams, pDIG), own: pGPI, schema: "GenericPlacementIntent"}.routes(dtag)...)

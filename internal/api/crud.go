@@ -59,8 +59,10 @@ type crud[T any, PT interface {
 	refs func(parents []string, obj PT) ([]store.Key, error)
 	// check validates obj against other objects (for example that a label exists).
 	check func(ctx context.Context, parents []string, obj PT) error
-	// beforeDelete may refuse a delete (a deployed DIG); afterDelete cleans up.
-	beforeDelete, afterDelete func(ctx context.Context, k store.Key) error
+	// guard may refuse a delete (a deployed DIG), or return a condition the
+	// delete checks in its transaction; afterDelete cleans up.
+	guard       func(ctx context.Context, k store.Key) (store.Guard, error)
+	afterDelete func(ctx context.Context, k store.Key) error
 }
 
 func (c crud[T, PT]) references(ctx context.Context, parents []string, obj PT) ([]store.Key, error) {
@@ -215,12 +217,15 @@ func (c crud[T, PT]) delete(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if c.beforeDelete != nil {
-		if err := c.beforeDelete(r.Context(), k); err != nil {
+	var guards []store.Guard
+	if c.guard != nil {
+		g, err := c.guard(r.Context(), k)
+		if err != nil {
 			return err
 		}
+		guards = append(guards, g)
 	}
-	if err := c.st.Delete(r.Context(), k, rev); err != nil {
+	if err := c.st.Delete(r.Context(), k, rev, guards...); err != nil {
 		return err
 	}
 	if c.afterDelete != nil {

@@ -327,6 +327,19 @@ func (m *Machine) CanDelete(ctx context.Context, dig store.Key) error {
 	return nil
 }
 
+// DeleteGuard checks that the DIG can be deleted (see CanDelete) and returns
+// the guard that makes the store's delete fail if its state changes meanwhile.
+func (m *Machine) DeleteGuard(ctx context.Context, dig store.Key) (store.Guard, error) {
+	rec, rev, err := m.Get(ctx, dig)
+	if err != nil {
+		return store.Guard{}, err
+	}
+	if rec.State == Instantiated || rec.State == Terminating || rec.State == Stopped {
+		return store.Guard{}, errs.New(errs.Conflict, "%s is %s; terminate it before deleting it", dig, rec.State)
+	}
+	return store.Guard{Key: m.key(dig), ModRevision: rev, Why: "its lifecycle state changed during the delete"}, nil
+}
+
 // Forget removes the state of a deleted DIG.
 func (m *Machine) Forget(ctx context.Context, dig store.Key) error {
 	if _, err := m.cli.Delete(ctx, m.key(dig)); err != nil {

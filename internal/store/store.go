@@ -214,9 +214,21 @@ func (s *Store) Update(ctx context.Context, k Key, v any, rev int64, refs ...Key
 	return 0, errs.New(errs.Conflict, "%s is changing too often to update; try again", k)
 }
 
+// Guard is a condition on another etcd key that a Delete checks in its own
+// transaction: the key is still at ModRevision (0: the key does not exist). The
+// lifecycle guards a DIG's delete with its state key, so that no instantiate can
+// slip in between the check and the delete.
+type Guard struct {
+	Key         string
+	ModRevision int64
+	// Why says, for the conflict message, what changed when the guard fails.
+	Why string
+}
+
 // Delete removes the object at k. With rev > 0 it must still be at that revision.
-// It fails with a conflict while the object has children or is referenced.
-func (s *Store) Delete(ctx context.Context, k Key, rev int64) error {
+// It fails with a conflict while the object has children or is referenced, or
+// when a guard no longer holds.
+func (s *Store) Delete(ctx context.Context, k Key, rev int64, guards ...Guard) error {
 	children := s.schema.Children(k.Kind)
 	for attempt := 0; attempt < maxRetries; attempt++ {
 		old, cur, err := s.get(ctx, k)
@@ -233,6 +245,9 @@ func (s *Store) Delete(ctx context.Context, k Key, rev int64) error {
 		for _, c := range children {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.childPrefix(c, k)), "=", 0).WithPrefix())
 		}
+		for _, g := range guards {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(g.Key), "=", g.ModRevision))
+		}
 		ops := []clientv3.Op{clientv3.OpDelete(s.etcdKey(k)), clientv3.OpDelete(s.refPrefix(k), clientv3.WithPrefix())}
 		for _, p := range old.Refs {
 			ops = append(ops, clientv3.OpDelete(s.root+"/r/"+p+"/@/"+k.Path()))
@@ -246,6 +261,19 @@ func (s *Store) Delete(ctx context.Context, k Key, rev int64) error {
 		}
 		if err := s.blockers(ctx, k, children); err != nil {
 			return err
+		}
+		for _, g := range guards {
+			resp, err := s.cli.Get(ctx, g.Key, clientv3.WithKeysOnly())
+			if err != nil {
+				return unavailable(err, "delete "+k.String())
+			}
+			cur := int64(0)
+			if len(resp.Kvs) > 0 {
+				cur = resp.Kvs[0].ModRevision
+			}
+			if cur != g.ModRevision {
+				return errs.New(errs.Conflict, "%s: %s; try again", k, g.Why)
+			}
 		}
 		if rev > 0 {
 			return errs.New(errs.Conflict, "%s was changed since revision %d; read it again and retry", k, rev)

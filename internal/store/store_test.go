@@ -292,3 +292,30 @@ func TestStoreVersionedKind(t *testing.T) {
 		t.Fatalf("get under a missing version: %v", err)
 	}
 }
+
+func TestStoreDeleteGuard(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	k := store.K(f.projects, "p")
+	_, err := f.s.Create(ctx, k, thing{})
+	must(t, err)
+	put, err := f.cli.Put(ctx, "/guard", "a")
+	must(t, err)
+	rev := put.Header.Revision
+	_, err = f.cli.Put(ctx, "/guard", "b") // the guarded key moves on
+	must(t, err)
+	err = f.s.Delete(ctx, k, 0, store.Guard{Key: "/guard", ModRevision: rev, Why: "the guard moved"})
+	if errs.KindOf(err) != errs.Conflict || !strings.Contains(err.Error(), "the guard moved") {
+		t.Fatalf("delete with a stale guard: %v, want conflict naming the guard", err)
+	}
+	if _, err := f.s.Get(ctx, k, nil); err != nil {
+		t.Fatalf("the object went although the guard failed: %v", err)
+	}
+	cur, err := f.cli.Get(ctx, "/guard")
+	must(t, err)
+	must(t, f.s.Delete(ctx, k, 0, store.Guard{Key: "/guard", ModRevision: cur.Kvs[0].ModRevision}))
+	// A guard on a key that must not exist.
+	_, err = f.s.Create(ctx, k, thing{})
+	must(t, err)
+	must(t, f.s.Delete(ctx, k, 0, store.Guard{Key: "/absent", ModRevision: 0}))
+}
