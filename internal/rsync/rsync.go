@@ -209,6 +209,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	go e.followOwners(ctx)
 	go func() {
 		t := time.NewTicker(e.opts.Resync)
 		defer t.Stop()
@@ -341,6 +342,32 @@ func (e *Engine) next(ctx context.Context) bool {
 	}
 	e.queue.Forget(cluster)
 	return true
+}
+
+// followOwners watches the owner keys until ctx ends: when one is deleted (the
+// lease of its replica expired, or the replica gave its clusters up), the
+// cluster is looked at at once, so that another replica takes it over within
+// the lease TTL rather than up to a TTL later, at its next look (see next).
+func (e *Engine) followOwners(ctx context.Context) {
+	prefix := e.opts.Root + "/owners/"
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for resp := range e.opts.Client.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithFilterPut()) {
+			if resp.Err() != nil {
+				break
+			}
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					e.queue.Add(strings.TrimPrefix(string(ev.Kv.Key), prefix))
+				}
+			}
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // own says whether this replica syncs cluster, claiming it when nobody does. The
