@@ -77,6 +77,10 @@ type Options struct {
 	BackoffBase, BackoffCap time.Duration
 	// ProbeTimeout bounds one probe (default 10s).
 	ProbeTimeout time.Duration
+	// OnReachable, when set, is called (in its own goroutine) each time a cluster
+	// answers after it did not: the resource sync resumes its work at once
+	// instead of waiting out its backoff.
+	OnReachable func(key store.Key)
 }
 
 // Manager owns the members. Create it with New and run it with Run.
@@ -328,6 +332,9 @@ func (m *Manager) probe(ctx context.Context, mem *member) error {
 	if mem.status.State != Reachable {
 		m.log.Info("cluster reachable", "cluster", mem.key.Path(), "version", version.GitVersion)
 		mem.status.Since = now
+		if m.opts.OnReachable != nil {
+			go m.opts.OnReachable(mem.key)
+		}
 	}
 	mem.status.State = Reachable
 	mem.status.Reachable = true

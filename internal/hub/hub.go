@@ -223,7 +223,13 @@ func Start(ctx context.Context, cfg Config) (h *Hub, err error) {
 	h.Blobs = blob.New(h.cli, blob.Options{Root: cfg.EtcdPrefix, MaxSize: cfg.MaxBlobBytes})
 	h.Registry = &registry.Registry{Store: h.Store, Keyring: keyring, Kubeconfig: kubeconfig.Options{AllowExec: cfg.AllowKubeconfigExec}}
 	h.Clusters, err = cluster.New(cluster.Options{Store: h.Store, Registry: h.Registry, Logger: log,
-		ProbeInterval: cfg.ProbeInterval, BackoffCap: cfg.BackoffCap})
+		ProbeInterval: cfg.ProbeInterval, BackoffCap: cfg.BackoffCap,
+		// The sync is made below; a cluster can only come back once Run started.
+		OnReachable: func(k store.Key) {
+			if h.Sync != nil {
+				h.Sync.ClusterBack(k)
+			}
+		}})
 	if err != nil {
 		return nil, err
 	}

@@ -370,6 +370,13 @@ func (e *Engine) followOwners(ctx context.Context) {
 	}
 }
 
+// ClusterBack tells the engine that a cluster answers again: its backoff is
+// reset and its work resumes now.
+func (e *Engine) ClusterBack(key store.Key) {
+	e.queue.Forget(key.Path())
+	e.queue.Add(key.Path())
+}
+
 // own says whether this replica syncs cluster, claiming it when nobody does. The
 // claim is an etcd key bound to this replica's lease.
 func (e *Engine) own(ctx context.Context, cluster string) (bool, error) {
