@@ -123,7 +123,8 @@ type clusterClient struct {
 type record struct {
 	App   string   `json:"app"`
 	Ref   plan.Ref `json:"ref"`
-	Hash  string   `json:"hash"` // empty while the apply is in flight
+	Hash  string   `json:"hash"`           // empty while the apply is in flight
+	Want  string   `json:"want,omitempty"` // the hash being applied, while in flight
 	Order int      `json:"order"`
 	Phase string   `json:"phase,omitempty"`
 	// Done marks a Helm hook that completed (it may have been deleted since, by
@@ -169,7 +170,7 @@ func New(opts Options) (*Engine, error) {
 		metAt:    map[string]time.Time{},
 		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "atoll_rsync_applies_total",
-			Help: "Server-side applies sent to edge clusters, by result; unchanged ones were redundant.",
+			Help: "Server-side applies to edge clusters, by result; unchanged ones were redundant, resumed ones were found applied after a crash and not sent again.",
 		}, []string{"result"}),
 		deletes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "atoll_rsync_deletes_total", Help: "Deletes sent to edge clusters, by result.",
@@ -624,7 +625,7 @@ func (e *Engine) syncDIG(ctx context.Context, dig string, rec lifecycle.Record, 
 				waiting--
 				continue
 			}
-			if r, ok := byID[d.res.Ref.ID()]; ok && r.Hash == d.res.Hash {
+			if r, ok := byID[d.res.Ref.ID()]; ok && (r.Hash == d.res.Hash || e.landed(ctx, a, prefix, r, d)) {
 				waiting--
 				e.report(dig, d.app, cluster, d.res.Ref, Applied, "")
 				continue
@@ -662,10 +663,16 @@ func (e *Engine) applyOne(ctx context.Context, a *apply.Applier, prefix string, 
 	if err != nil {
 		return err
 	}
-	r := record{App: d.app, Ref: d.res.Ref, Order: order, Phase: d.res.Phase}
+	r := record{App: d.app, Ref: d.res.Ref, Order: order, Phase: d.res.Phase, Want: d.res.Hash}
 	if err := e.putRecord(ctx, prefix, r); err != nil {
 		return err
 	}
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[AnnotationHash] = d.res.Hash
+	obj.SetAnnotations(annotations)
 	res, err := a.Apply(ctx, obj)
 	if err != nil {
 		e.applies.WithLabelValues("failed").Inc()
@@ -674,6 +681,30 @@ func (e *Engine) applyOne(ctx context.Context, a *apply.Applier, prefix string, 
 	e.applies.WithLabelValues(string(res.Operation)).Inc()
 	r.Hash = d.res.Hash
 	return e.putRecord(ctx, prefix, r)
+}
+
+// AnnotationHash is put on every applied object: the plan hash it was applied
+// with. After a crash between an apply and its record, the object itself says
+// whether the apply happened, so it is not sent again.
+const AnnotationHash = "atoll.dev/hash"
+
+// landed says whether an apply whose record was left in flight (a crash between
+// the apply and the record) reached the cluster: the object carries the hash.
+// It then completes the record.
+func (e *Engine) landed(ctx context.Context, a *apply.Applier, prefix string, r record, d plannedResource) bool {
+	if r.Hash != "" || r.Want != d.res.Hash {
+		return false
+	}
+	obj, err := a.Get(ctx, toApplyRef(d.res.Ref))
+	if err != nil || obj.GetAnnotations()[AnnotationHash] != d.res.Hash {
+		return false
+	}
+	r.Hash = d.res.Hash
+	if err := e.putRecord(ctx, prefix, r); err != nil {
+		return false
+	}
+	e.applies.WithLabelValues("resumed").Inc()
+	return true
 }
 
 // deleteOne deletes an applied object, waits until it is gone and drops its record.
