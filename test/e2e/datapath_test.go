@@ -6,8 +6,6 @@ import (
 	"compress/gzip"
 	"context"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -28,33 +26,7 @@ import (
 const chartDir = "../../internal/render/testdata"
 
 // tgz packs dir as a chart archive whose top folder is the chart's name.
-func tgz(t *testing.T, dir, top string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, path)
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: top + "/" + filepath.ToSlash(rel), Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		_, err = tw.Write(data)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tw.Close()
-	gz.Close()
-	return buf.Bytes()
-}
+func tgz(t *testing.T, dir, top string) []byte { return packChart(t, dir, top) }
 
 // tgzFiles packs name → content pairs.
 func tgzFiles(t *testing.T, files map[string]string) []byte {

@@ -5,13 +5,11 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -88,30 +86,9 @@ func startHubProcess(t *testing.T, dataDir, listen string, extra ...string) *hub
 }
 
 // stop ends the hub with SIGTERM and waits for it.
-func (h *hubProcess) stop(t *testing.T) {
-	if h.cmd.ProcessState != nil {
-		return
-	}
-	_ = h.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- h.cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		_ = h.cmd.Process.Kill()
-		<-done
-		t.Errorf("hub did not stop within 20s of SIGTERM; killed")
-	}
-}
+func (h *hubProcess) stop(t *testing.T) { h.terminate(t) }
 
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return freePort(t) }
 
 // waitStatus polls a cluster's status until ok says it is what the test waits for.
 func waitStatus(t *testing.T, c *client.Client, provider, name string, timeout time.Duration, what string, ok func(client.ClusterStatus) bool) client.ClusterStatus {
