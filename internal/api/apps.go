@@ -79,7 +79,7 @@ func (s *Server) appRoutes() []Route {
 		{Method: "GET", Pattern: compositeAppsPath, Summary: "List the project's composite apps (every version).", Response: "[]CompositeApp", Status: 200, Tag: tag, Handler: s.listCompositeApps},
 	}
 	rs = append(rs, crud[model.CompositeApp, *model.CompositeApp]{st: st, kind: model.CompositeApps, base: compositeAppsPath + "/{compositeApp}",
-		parents: []param{pProject, pCompositeApp}, own: pVersion, schema: "CompositeApp",
+		parents: []param{pProject, pCompositeApp}, own: pVersion, schema: "CompositeApp", versioned: true, named: "composite app",
 		validate: func(c *model.CompositeApp) error { c.Spec.Version = ""; return nil },
 	}.itemRoutes(tag, "composite app version")...)
 	rs = append(rs,
@@ -334,55 +334,9 @@ func (s *Server) listCompositeApps(w http.ResponseWriter, r *http.Request) error
 // itemRoutes are GET, PUT and DELETE of one object (its collection is served elsewhere).
 func (c crud[T, PT]) itemRoutes(tag, what string) []Route {
 	item := c.base + "/{" + c.own.wildcard + "}"
-	get := func(w http.ResponseWriter, r *http.Request) error {
-		k, err := c.key(r)
-		if err != nil {
-			return err
-		}
-		obj := PT(new(T))
-		rev, err := c.st.Get(r.Context(), k, obj)
-		if err != nil {
-			return err
-		}
-		setETag(w, rev)
-		writeJSON(w, http.StatusOK, withVersion(obj, k.Name()))
-		return nil
-	}
-	update := func(w http.ResponseWriter, r *http.Request) error {
-		k, err := c.key(r)
-		if err != nil {
-			return err
-		}
-		rev, err := ifMatch(r)
-		if err != nil {
-			return err
-		}
-		obj := PT(new(T))
-		if err := decodeJSON(r, obj); err != nil {
-			return err
-		}
-		if err := sameName(obj.Meta(), k.Names[len(k.Names)-2], "composite app"); err != nil {
-			return err
-		}
-		if err := model.ValidateMetadata("composite app", obj.Meta()); err != nil {
-			return err
-		}
-		if c.validate != nil {
-			if err := c.validate(obj); err != nil {
-				return err
-			}
-		}
-		newRev, err := c.st.Update(r.Context(), k, obj, rev)
-		if err != nil {
-			return err
-		}
-		setETag(w, newRev)
-		writeJSON(w, http.StatusOK, withVersion(obj, k.Name()))
-		return nil
-	}
 	return []Route{
-		{Method: "GET", Pattern: item, Summary: "Get a " + what + ".", Response: c.schema, Status: 200, Tag: tag, Handler: get},
-		{Method: "PUT", Pattern: item, Summary: "Replace a " + what + " (If-Match: its ETag, for compare-and-swap).", Request: c.schema, Response: c.schema, Status: 200, Tag: tag, Handler: update},
+		{Method: "GET", Pattern: item, Summary: "Get a " + what + ".", Response: c.schema, Status: 200, Tag: tag, Handler: c.get},
+		{Method: "PUT", Pattern: item, Summary: "Replace a " + what + " (If-Match: its ETag, for compare-and-swap).", Request: c.schema, Response: c.schema, Status: 200, Tag: tag, Handler: c.update},
 		{Method: "DELETE", Pattern: item, Summary: "Delete a " + what + " (its apps, profiles and DIGs first).", Status: 204, Tag: tag, Handler: c.delete},
 	}
 }

@@ -63,6 +63,26 @@ type crud[T any, PT interface {
 	// delete checks in its transaction; afterDelete cleans up.
 	guard       func(ctx context.Context, k store.Key) (store.Guard, error)
 	afterDelete func(ctx context.Context, k store.Key) error
+	// versioned is for kinds named by a name and a version (composite apps): the
+	// path's last name is the version, metadata.name the one before, and answers
+	// carry the version in the spec.
+	versioned bool
+	named     string // what metadata.name names, for messages, when versioned
+}
+
+// name is the key's name that metadata.name must match, and what it names.
+func (c crud[T, PT]) name(k store.Key) (string, string) {
+	if c.versioned {
+		return k.Names[len(k.Names)-2], c.named
+	}
+	return k.Name(), c.own.what
+}
+
+func (c crud[T, PT]) answer(obj PT, k store.Key) any {
+	if c.versioned {
+		return withVersion(obj, k.Name())
+	}
+	return obj
 }
 
 func (c crud[T, PT]) references(ctx context.Context, parents []string, obj PT) ([]store.Key, error) {
@@ -167,7 +187,7 @@ func (c crud[T, PT]) get(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	setETag(w, rev)
-	writeJSON(w, http.StatusOK, obj)
+	writeJSON(w, http.StatusOK, c.answer(obj, k))
 	return nil
 }
 
@@ -184,10 +204,11 @@ func (c crud[T, PT]) update(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, obj); err != nil {
 		return err
 	}
-	if err := sameName(obj.Meta(), k.Name(), c.own.what); err != nil {
+	name, what := c.name(k)
+	if err := sameName(obj.Meta(), name, what); err != nil {
 		return err
 	}
-	if err := model.ValidateMetadata(c.own.what, obj.Meta()); err != nil {
+	if err := model.ValidateMetadata(what, obj.Meta()); err != nil {
 		return err
 	}
 	if c.validate != nil {
@@ -195,7 +216,8 @@ func (c crud[T, PT]) update(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	refs, err := c.references(r.Context(), k.Names[:len(k.Names)-1], obj)
+	parent, _ := k.Parent()
+	refs, err := c.references(r.Context(), parent.Names, obj)
 	if err != nil {
 		return err
 	}
@@ -204,7 +226,7 @@ func (c crud[T, PT]) update(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	setETag(w, newRev)
-	writeJSON(w, http.StatusOK, obj)
+	writeJSON(w, http.StatusOK, c.answer(obj, k))
 	return nil
 }
 
